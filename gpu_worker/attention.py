@@ -1,0 +1,114 @@
+"""Split attention over packed variable-length batches.
+
+Every sequence in a forward pass has a context (the cached KV of its prefix,
+read through slot indices; possibly empty) and its new tokens. New tokens
+attend to the context without a mask and to themselves causally; the two
+partial results merge by their log-sum-exp. Sequences that share a context
+(a document's predicates, an anchor's partners) form one group, so the
+context is read once per group, not once per sequence.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class Group:
+    """Sequences [seq_lo, seq_hi) sharing one context; their tokens are [tok_lo, tok_hi)."""
+
+    ctx_slots: torch.Tensor | None  # int64 [C] slot of each context key, or None
+    seq_lo: int
+    seq_hi: int
+    tok_lo: int
+    tok_hi: int
+
+
+@dataclass
+class AttnMeta:
+    """Per-forward metadata, set by the runner before a pass and dropped after it."""
+
+    cu_seqlens: list[int]  # [n_seq + 1] token offsets of the packed sequences
+    groups: list[Group]
+    write_slots: torch.Tensor  # int64 [T], -1 where the token's KV is not kept
+    logit_index: torch.Tensor  # int64 [n_out], packed positions whose logits are wanted
+    max_seqlen: int = 0
+    device_meta: dict = field(default_factory=dict)  # extra tensors for device kernels
+
+
+def attend(q, k, v, causal_lens=None):
+    """Softmax attention with its log-sum-exp, grouped-query heads, in float32.
+
+    q: [S, n_q, Tq, d]; k, v: [S, n_kv, Tk, d]; causal_lens: None (no mask) or
+    int64 [S] true lengths (then Tq == Tk, causal and padded keys masked).
+    Returns out [S, n_q, Tq, d] (q.dtype) and lse [S, n_q, Tq] float32.
+    """
+    S, n_q, Tq, d = q.shape
+    n_kv = k.shape[1]
+    rep = n_q // n_kv
+    qg = q.reshape(S, n_kv, rep * Tq, d).float()
+    s = qg @ k.float().transpose(-1, -2) * (1.0 / math.sqrt(d))  # [S, n_kv, rep*Tq, Tk]
+    s = s.view(S, n_kv, rep, Tq, -1)
+    if causal_lens is not None:
+        Tk = k.shape[2]
+        i = torch.arange(Tq, device=q.device)[:, None]
+        j = torch.arange(Tk, device=q.device)[None, :]
+        ok = (j <= i)[None] & (j[None] < causal_lens[:, None, None])  # [S, Tq, Tk]
+        s = s.masked_fill(~ok[:, None, None], float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)  # [S, n_kv, rep, Tq]
+    p = torch.exp(s - lse.unsqueeze(-1).clamp_min(-1e30))
+    p = torch.nan_to_num(p, nan=0.0)
+    o = p.view(S, n_kv, rep * Tq, -1) @ v.float()  # [S, n_kv, rep*Tq, d]
+    return o.view(S, n_q, Tq, d).to(q.dtype), lse.reshape(S, n_q, Tq)
+
+
+def merge(o_a, lse_a, o_b, lse_b):
+    """Merge two partial attention results by log-sum-exp. o: [..., d], lse: [...]."""
+    m = torch.maximum(lse_a, lse_b)
+    m = torch.where(torch.isinf(m), torch.zeros_like(m), m)
+    wa, wb = torch.exp(lse_a - m), torch.exp(lse_b - m)
+    tot = wa + wb
+    out = (wa.unsqueeze(-1) * o_a.float() + wb.unsqueeze(-1) * o_b.float()) / tot.clamp_min(1e-30).unsqueeze(-1)
+    return out.to(o_a.dtype), m + torch.log(tot)
+
+
+def split_attention_torch(q, k, v, k_cache, v_cache, meta: AttnMeta, merge_fn=merge):
+    """Reference split attention. q: [T, n_q, d]; k, v: [T, n_kv, d] -> [T, n_q, d]."""
+    out = torch.empty_like(q)
+    cu = meta.cu_seqlens
+    for g in meta.groups:
+        lens = [cu[i + 1] - cu[i] for i in range(g.seq_lo, g.seq_hi)]
+        L = max(lens)
+        # self part: the group's sequences padded to L, causal  [S, heads, L, d]
+        qs, ks, vs = (_pad(x, cu, g, L) for x in (q, k, v))
+        o_self, lse_self = attend(qs, ks, vs, torch.tensor(lens, device=q.device))
+        o_self, lse_self = _unpad(o_self, lens), _unpad(lse_self.unsqueeze(-1), lens).squeeze(-1)
+        if g.ctx_slots is not None and g.ctx_slots.numel() > 0:
+            kc = k_cache.index_select(0, g.ctx_slots).transpose(0, 1)[None]  # [1, n_kv, C, d]
+            vc = v_cache.index_select(0, g.ctx_slots).transpose(0, 1)[None]
+            qg = q[g.tok_lo:g.tok_hi].transpose(0, 1)[None]  # [1, n_q, Tg, d]
+            o_ctx, lse_ctx = attend(qg, kc, vc)
+            o_ctx, lse_ctx = o_ctx[0].transpose(0, 1), lse_ctx[0].transpose(0, 1)  # [Tg, n_q, d], [Tg, n_q]
+            o_self, _ = merge_fn(o_self, lse_self, o_ctx, lse_ctx)
+        out[g.tok_lo:g.tok_hi] = o_self
+    return out
+
+
+def _pad(x, cu, g: Group, L: int):
+    """[T, h, d] rows of the group's sequences -> [S, h, L, d], zero padded."""
+    S = g.seq_hi - g.seq_lo
+    if S == 1:
+        return x[cu[g.seq_lo]:cu[g.seq_lo + 1]].transpose(0, 1)[None]
+    out = x.new_zeros(S, x.shape[1], L, x.shape[2])
+    for j, i in enumerate(range(g.seq_lo, g.seq_hi)):
+        out[j, :, : cu[i + 1] - cu[i]] = x[cu[i]:cu[i + 1]].transpose(0, 1)
+    return out
+
+
+def _unpad(x, lens):
+    """[S, h, L, e] -> [sum(lens), h, e]."""
+    if len(lens) == 1:
+        return x[0, :, : lens[0]].transpose(0, 1)
+    return torch.cat([x[j, :, :n].transpose(0, 1) for j, n in enumerate(lens)])

@@ -1,0 +1,158 @@
+"""Frozen configuration of the engine and of the model shapes it runs.
+
+What is derived at run time (KV slots, token budget) lives in `runtime.py`.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+ON_OVERFLOW = ("error", "truncate")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Shape of a dense decoder (Llama or Qwen3 family)."""
+
+    arch: str  # "llama" | "qwen3"
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    rope_theta: float = 10000.0
+    rms_eps: float = 1e-6
+    tie_embeddings: bool = True
+    max_position: int = 8192
+
+    @property
+    def qk_norm(self) -> bool:
+        return self.arch == "qwen3"
+
+    @property
+    def linear_params(self) -> int:
+        """Non-embedding linear parameters (N_lin of the speed-of-light model)."""
+        d, hd = self.hidden_size, self.head_dim
+        attn = d * hd * (self.num_heads * 2 + self.num_kv_heads * 2)
+        mlp = 3 * d * self.intermediate_size
+        return self.num_layers * (attn + mlp)
+
+    def hf_config(self) -> dict:
+        """The config.json a Hugging Face checkpoint of this shape would carry."""
+        out = {
+            "architectures": ["LlamaForCausalLM" if self.arch == "llama" else "Qwen3ForCausalLM"],
+            "model_type": self.arch,
+            "vocab_size": self.vocab_size,
+            "hidden_size": self.hidden_size,
+            "num_hidden_layers": self.num_layers,
+            "num_attention_heads": self.num_heads,
+            "num_key_value_heads": self.num_kv_heads,
+            "head_dim": self.head_dim,
+            "intermediate_size": self.intermediate_size,
+            "rope_theta": self.rope_theta,
+            "rope_parameters": {"rope_type": "default", "rope_theta": self.rope_theta},
+            "rms_norm_eps": self.rms_eps,
+            "tie_word_embeddings": self.tie_embeddings,
+            "max_position_embeddings": self.max_position,
+            "hidden_act": "silu",
+            "attention_bias": False,
+            "mlp_bias": False,
+            "bos_token_id": 1,
+            "eos_token_id": 2,
+            "torch_dtype": "float32",
+        }
+        return out
+
+    @classmethod
+    def from_hf_config(cls, cfg: dict, source: str = "config.json") -> "ModelConfig":
+        arch = cfg.get("model_type")
+        if arch not in ("llama", "qwen3"):
+            raise ValueError(
+                f"{source}: unsupported model_type {arch!r}; quail-spark runs 'llama' "
+                "(SmolLM2, Llama 2/3) and 'qwen3' checkpoints")
+        heads = cfg["num_attention_heads"]
+        rope = cfg.get("rope_theta")
+        if rope is None:
+            rope = (cfg.get("rope_parameters") or {}).get("rope_theta", 10000.0)
+        scaling = cfg.get("rope_scaling") or {}
+        rtype = (cfg.get("rope_parameters") or {}).get("rope_type", scaling.get("rope_type", "default"))
+        if rtype not in (None, "default"):
+            raise ValueError(f"{source}: rope_type {rtype!r} is not supported; expected 'default'")
+        return cls(
+            arch=arch,
+            vocab_size=cfg["vocab_size"],
+            hidden_size=cfg["hidden_size"],
+            num_layers=cfg["num_hidden_layers"],
+            num_heads=heads,
+            num_kv_heads=cfg.get("num_key_value_heads", heads),
+            head_dim=cfg.get("head_dim") or cfg["hidden_size"] // heads,
+            intermediate_size=cfg["intermediate_size"],
+            rope_theta=float(rope),
+            rms_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+            tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+            max_position=int(cfg.get("max_position_embeddings", 8192)),
+        )
+
+
+# Named random shapes: tests use the tiny ones, benchmarks the 4B one. All use
+# the SmolLM2 tokenizer (vocabulary 49,152 ids), whose ids fit every vocabulary here.
+RANDOM_SHAPES: dict[str, ModelConfig] = {
+    "tiny-llama-random": ModelConfig(
+        arch="llama", vocab_size=49152, hidden_size=64, num_layers=2, num_heads=4,
+        num_kv_heads=2, head_dim=16, intermediate_size=128, rope_theta=10000.0,
+        rms_eps=1e-5, tie_embeddings=True, max_position=2048),
+    "tiny-qwen3-random": ModelConfig(
+        arch="qwen3", vocab_size=49152, hidden_size=64, num_layers=3, num_heads=4,
+        num_kv_heads=1, head_dim=32, intermediate_size=96, rope_theta=1e6,
+        rms_eps=1e-6, tie_embeddings=False, max_position=2048),
+    "qwen3-4b-random": ModelConfig(
+        arch="qwen3", vocab_size=151936, hidden_size=2560, num_layers=36, num_heads=32,
+        num_kv_heads=8, head_dim=128, intermediate_size=9728, rope_theta=1e6,
+        rms_eps=1e-6, tie_embeddings=True, max_position=40960),
+}
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """What the user chooses. Everything else is derived at run time.
+
+    model: a preset ("smollm2-135m", "tiny-llama-random", "tiny-qwen3-random",
+        "qwen3-4b-random") or a local folder with config.json + *.safetensors
+        (+ tokenizer.json), or a path to a .gguf file.
+    device: "cpu", "cuda" or "cuda:N".
+    dtype: "float32", "bfloat16" or "float16"; default float32 on CPU, bfloat16 on CUDA.
+    token_budget: most new tokens per forward pass (default: 2048 on CPU, 16384 on CUDA).
+    kv_pool_tokens: KV slots; default sized from free memory.
+    prefix_cache: share prefixes between prompts (off: every prompt from scratch).
+    on_overflow: "error" (name the row) or "truncate" (cut the document, never the question).
+    max_prompt_tokens: longest prompt; default the model's context length.
+    """
+
+    model: str = "smollm2-135m"
+    device: str = "cpu"
+    dtype: str | None = None
+    token_budget: int | None = None
+    kv_pool_tokens: int | None = None
+    prefix_cache: bool = True
+    on_overflow: str = "error"
+    max_prompt_tokens: int | None = None
+    seed: int = 0
+    cache_dir: str | None = None
+    use_triton: bool | None = None  # default: on CUDA when triton imports
+
+    def __post_init__(self):
+        if self.on_overflow not in ON_OVERFLOW:
+            raise ValueError(f"on_overflow must be one of {ON_OVERFLOW}, got {self.on_overflow!r}")
+        if self.token_budget is not None and self.token_budget < 16:
+            raise ValueError(f"token_budget must be >= 16 tokens, got {self.token_budget}")
+        if self.kv_pool_tokens is not None and self.kv_pool_tokens < 16:
+            raise ValueError(f"kv_pool_tokens must be >= 16, got {self.kv_pool_tokens}")
+
+    def replace(self, **kw) -> "EngineConfig":
+        return dataclasses.replace(self, **kw)
+
+    def key(self) -> str:
+        """Stable id of this configuration (the per-worker engine cache key)."""
+        return repr(sorted(dataclasses.asdict(self).items()))

@@ -1,0 +1,147 @@
+"""Layers shared by the Llama and Qwen3 decoders, written for packed prefill.
+
+Parameter names follow the Hugging Face checkpoints, so their safetensors load
+as they are. A forward pass sees one packed batch: `h: [T, hidden]`, no padding.
+The numerical kernels come from an `ops` namespace (plain torch on CPU, Triton
+on CUDA); the attention metadata comes from the runner (`attention.AttnMeta`).
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..config import ModelConfig
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        d, hd = cfg.hidden_size, cfg.head_dim
+        self.n_q, self.n_kv, self.head_dim = cfg.num_heads, cfg.num_kv_heads, hd
+        self.q_proj = nn.Linear(d, self.n_q * hd, bias=False)
+        self.k_proj = nn.Linear(d, self.n_kv * hd, bias=False)
+        self.v_proj = nn.Linear(d, self.n_kv * hd, bias=False)
+        self.o_proj = nn.Linear(self.n_q * hd, d, bias=False)
+        if cfg.qk_norm:
+            self.q_norm = RMSNorm(hd, cfg.rms_eps)
+            self.k_norm = RMSNorm(hd, cfg.rms_eps)
+        else:
+            self.q_norm = self.k_norm = None
+        self.eps = cfg.rms_eps
+        self.qkv_weight: torch.Tensor | None = None
+
+    def fuse(self):
+        """One [q; k; v] projection instead of three (after weights are loaded)."""
+        self.qkv_weight = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight]).contiguous()
+        del self.q_proj, self.k_proj, self.v_proj
+
+    def forward(self, x, positions, rope, meta, kv, layer: int, ops):
+        T = x.shape[0]
+        qkv = x @ self.qkv_weight.t()  # [T, (n_q + 2 n_kv) * d]
+        hd = self.head_dim
+        q, k, v = qkv.split([self.n_q * hd, self.n_kv * hd, self.n_kv * hd], dim=-1)
+        q = q.view(T, self.n_q, hd)  # q: [T, n_q, d]
+        k = k.view(T, self.n_kv, hd)  # k, v: [T, n_kv, d]
+        v = v.view(T, self.n_kv, hd)
+        qn = self.q_norm.weight if self.q_norm is not None else None
+        kn = self.k_norm.weight if self.k_norm is not None else None
+        k_cache, v_cache = kv.layer(layer) if kv is not None else (None, None)
+        q, k = ops.qk_norm_rope(q, k, v, positions, rope[0], rope[1], qn, kn, self.eps,
+                                k_cache, v_cache, meta.write_slots)
+        o = ops.attention(q, k, v, k_cache, v_cache, meta)  # [T, n_q, d]
+        return o.reshape(T, self.n_q * hd) @ self.o_proj.weight.t()
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+        self.gate_up_weight: torch.Tensor | None = None
+
+    def fuse(self):
+        self.gate_up_weight = torch.cat([self.gate_proj.weight, self.up_proj.weight]).contiguous()
+        del self.gate_proj, self.up_proj
+
+    def forward(self, x, ops):
+        return ops.silu_and_mul(x @ self.gate_up_weight.t()) @ self.down_proj.weight.t()
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.self_attn = Attention(cfg)
+        self.mlp = MLP(cfg)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
+        self.eps = cfg.rms_eps
+
+
+class DecoderBody(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
+
+
+class DecoderLM(nn.Module):
+    """Embedding, decoder layers, final norm and a head restricted to answer rows."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.model = DecoderBody(cfg)
+        if not cfg.tie_embeddings:
+            self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        self.head_rows: torch.Tensor | None = None
+        self.rope: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def head_weight(self) -> torch.Tensor:
+        return self.model.embed_tokens.weight if self.cfg.tie_embeddings else self.lm_head.weight
+
+    def prepare(self, answer_ids: list[int], max_position: int, device):
+        """Fuse projections, cut the head to the answer rows, build the RoPE table."""
+        for layer in self.model.layers:
+            layer.self_attn.fuse()
+            layer.mlp.fuse()
+        ids = torch.tensor(answer_ids, dtype=torch.long, device=self.head_weight().device)
+        self.head_rows = self.head_weight().index_select(0, ids).contiguous()  # [n_ans, hidden]
+        if not self.cfg.tie_embeddings:
+            del self.lm_head
+        self.rope = rope_table(self.cfg.head_dim, self.cfg.rope_theta, max_position, device)
+
+    @torch.inference_mode()
+    def forward(self, input_ids, positions, meta, kv, ops):
+        """Answer-row logits at `meta.logit_index`: [n_out, n_answer_ids] float32."""
+        h = self.model.embed_tokens(input_ids)  # [T, hidden]
+        layers = self.model.layers
+        x, residual = ops.rmsnorm(h, layers[0].input_layernorm.weight, self.cfg.rms_eps), h
+        for i, layer in enumerate(layers):
+            a = layer.self_attn(x, positions, self.rope, meta, kv, i, ops)
+            x, residual = ops.add_rmsnorm(a, residual, layer.post_attention_layernorm.weight, layer.eps)
+            m = layer.mlp(x, ops)
+            nxt = layers[i + 1].input_layernorm.weight if i + 1 < len(layers) else None
+            if nxt is not None:
+                x, residual = ops.add_rmsnorm(m, residual, nxt, layer.eps)
+            else:
+                residual = m + residual
+        last = residual.index_select(0, meta.logit_index)  # [n_out, hidden]
+        last = ops.rmsnorm(last, self.model.norm.weight, self.cfg.rms_eps)
+        return (last @ self.head_rows.t()).float()
+
+
+def rope_table(head_dim: int, theta: float, max_position: int, device):
+    """cos, sin: float32 [max_position, head_dim // 2] (HF rotate-half layout)."""
+    inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+    t = torch.arange(max_position, dtype=torch.int64).float()
+    freqs = torch.outer(t, inv)
+    return freqs.cos().to(device), freqs.sin().to(device)

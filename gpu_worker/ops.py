@@ -1,0 +1,63 @@
+"""The numerical kernels a forward pass uses, chosen once per engine.
+
+`TorchOps` is plain torch (CPU path, and the truth the Triton kernels are
+tested against); `TritonOps` (CUDA) swaps in kernels/ and device attention.
+Semantics follow Hugging Face Llama/Qwen3 exactly, casts included.
+"""
+from __future__ import annotations
+
+import torch
+
+from .attention import split_attention_torch
+
+
+def rmsnorm(x, weight, eps):
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * h.to(x.dtype)
+
+
+def rotate(x, cos, sin):
+    """x: [T, h, d]; cos, sin: [T, d/2] -> rotated x (HF rotate_half layout), float32."""
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half].float(), x[..., half:].float()
+    c, s = cos[:, None, :], sin[:, None, :]
+    return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
+
+
+class TorchOps:
+    name = "torch"
+
+    @staticmethod
+    def rmsnorm(x, weight, eps):
+        return rmsnorm(x, weight, eps)
+
+    @staticmethod
+    def add_rmsnorm(x, residual, weight, eps):
+        residual = x + residual
+        return rmsnorm(residual, weight, eps), residual
+
+    @staticmethod
+    def silu_and_mul(gate_up):
+        g, u = gate_up.chunk(2, dim=-1)
+        return torch.nn.functional.silu(g) * u
+
+    @staticmethod
+    def qk_norm_rope(q, k, v, positions, cos, sin, q_norm_w, k_norm_w, eps, k_cache, v_cache, slots):
+        if q_norm_w is not None:
+            q = rmsnorm(q, q_norm_w, eps)
+            k = rmsnorm(k, k_norm_w, eps)
+        c, s = cos.index_select(0, positions), sin.index_select(0, positions)
+        q = rotate(q, c, s).to(q.dtype)
+        k = rotate(k, c, s).to(k.dtype)
+        if k_cache is not None:
+            keep = slots >= 0
+            if bool(keep.any()):
+                idx = slots[keep]
+                k_cache.index_copy_(0, idx, k[keep].to(k_cache.dtype))
+                v_cache.index_copy_(0, idx, v[keep].to(v_cache.dtype))
+        return q, k
+
+    @staticmethod
+    def attention(q, k, v, k_cache, v_cache, meta):
+        return split_attention_torch(q, k, v, k_cache, v_cache, meta)

@@ -1,0 +1,113 @@
+"""Prompt layout: documents first, so their KV is reusable.
+
+filter:   <chat pre> DOCUMENT:\\n{doc} | \\n\\n{question}\\nAnswer Yes or No. <chat post>
+join:     <chat pre> DOCUMENT 1:\\n{anchor} | \\n\\n{question}\\nAnswer Yes or No.\\n\\nDOCUMENT 2:\\n
+          | {partner} <chat post>          (only partner + chat post are fresh per pair)
+classify: <chat pre> DOCUMENT:\\n{doc} | \\n\\n{instruction}\\nOptions:\\nA. ...\\nAnswer with the letter. <chat post>
+
+Each segment is tokenized on its own and the ids are concatenated, so a
+document's ids are the same under every question (static segments and each
+distinct question are tokenized once). `render_*` return exactly these ids.
+"""
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass
+
+SENTINEL = "\x00QUAIL\x00"
+TRUE_WORDS = ("Yes", " Yes", "yes", " yes", "YES", "True", " True", "true", "TRUE")
+FALSE_WORDS = ("No", " No", "no", " no", "NO", "False", " False", "false", "FALSE")
+LETTERS = string.ascii_uppercase
+CUE = "\nAnswer Yes or No."
+
+
+class PromptTooLong(ValueError):
+    def __init__(self, row: int, n_tokens: int, limit: int, what: str = "prompt"):
+        self.row, self.n_tokens, self.limit = row, n_tokens, limit
+        super().__init__(
+            f"row {row}: {what} has {n_tokens} tokens, the model's context holds {limit}; "
+            "shorten the document or use EngineConfig(on_overflow='truncate')")
+
+
+@dataclass(frozen=True)
+class Answers:
+    true_ids: list[int]
+    false_ids: list[int]
+    letter_ids: list[list[int]]  # per letter A..Z, its token ids
+    head_ids: list[int]  # rows of the restricted LM head, in column order
+
+    def columns(self, ids: list[int]) -> list[int]:
+        pos = {t: i for i, t in enumerate(self.head_ids)}
+        return [pos[t] for t in ids]
+
+
+class PromptRenderer:
+    def __init__(self, tokenizer):
+        self.tok = tokenizer
+        self._cache: dict[str, list[int]] = {}
+        pre, post = self._chat_frame()
+        self.pre, self.post = self.encode(pre), self.encode(post)
+        self.answers = self._answers()
+
+    def _chat_frame(self) -> tuple[str, str]:
+        if getattr(self.tok, "chat_template", None):
+            text = self.tok.apply_chat_template([{"role": "user", "content": SENTINEL}],
+                                                tokenize=False, add_generation_prompt=True)
+            a, b = text.split(SENTINEL)
+            return a, b
+        return "User: ", "\nAssistant:"
+
+    def encode(self, text: str) -> list[int]:
+        """Ids of a static segment (cached)."""
+        ids = self._cache.get(text)
+        if ids is None:
+            ids = self.tok.encode(text, add_special_tokens=False)
+            self._cache[text] = ids
+        return ids
+
+    def encode_batch(self, texts: list[str | None]) -> list[list[int] | None]:
+        """Ids of documents, one batched tokenizer call; None stays None."""
+        idx = [i for i, t in enumerate(texts) if t is not None and t != ""]
+        out: list[list[int] | None] = [None if t is None else [] for t in texts]
+        if idx:
+            enc = self.tok([texts[i] for i in idx], add_special_tokens=False)["input_ids"]
+            for i, ids in zip(idx, enc):
+                out[i] = list(ids)
+        return out
+
+    def _single(self, words) -> list[int]:
+        out = []
+        for w in words:
+            ids = self.tok.encode(w, add_special_tokens=False)
+            if len(ids) == 1 and ids[0] not in out:
+                out.append(ids[0])
+        return out
+
+    def _answers(self) -> Answers:
+        t, f = self._single(TRUE_WORDS), self._single(FALSE_WORDS)
+        if not t or not f or set(t) & set(f):
+            raise ValueError(f"tokenizer has no clean single-token Yes/No answers (true {t}, false {f})")
+        letters = [self._single((c, " " + c)) for c in LETTERS]
+        head: list[int] = []
+        for ids in [t, f, *letters]:
+            head.extend(i for i in ids if i not in head)
+        return Answers(t, f, letters, head)
+
+    # segments --------------------------------------------------------------
+    def filter_parts(self, question: str):
+        head = self.pre + self.encode("DOCUMENT:\n")
+        tail = self.encode("\n\n" + question + CUE) + self.post
+        return head, tail
+
+    def join_parts(self, question: str):
+        head = self.pre + self.encode("DOCUMENT 1:\n")
+        mid = self.encode("\n\n" + question + CUE + "\n\nDOCUMENT 2:\n")
+        return head, mid, self.post
+
+    def classify_parts(self, instruction: str, labels: list[str]):
+        if not 2 <= len(labels) <= len(LETTERS):
+            raise ValueError(f"classify needs 2 to {len(LETTERS)} labels, got {len(labels)}")
+        opts = "".join(f"\n{LETTERS[i]}. {lab}" for i, lab in enumerate(labels))
+        head = self.pre + self.encode("DOCUMENT:\n")
+        tail = self.encode(f"\n\n{instruction}\nOptions:{opts}\nAnswer with the letter of one option.") + self.post
+        return head, tail

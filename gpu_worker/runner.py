@@ -1,0 +1,80 @@
+"""The only owner of the device: weights, KV tensors, per-pass metadata, forward."""
+from __future__ import annotations
+
+import torch
+
+from .attention import AttnMeta, Group
+from .scheduler import Job
+
+
+class KVCache:
+    """K and V of every layer: [L, n_slots, n_kv, d] each (slot = one token)."""
+
+    def __init__(self, num_layers, num_slots, n_kv, head_dim, dtype, device):
+        self.k = torch.zeros(num_layers, num_slots, n_kv, head_dim, dtype=dtype, device=device)
+        self.v = torch.zeros_like(self.k)
+        self.num_slots = num_slots
+
+    def layer(self, i: int):
+        return self.k[i], self.v[i]
+
+    @staticmethod
+    def bytes_per_slot(cfg, dtype) -> int:
+        return 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * torch.finfo(dtype).bits // 8
+
+
+class ModelRunner:
+    def __init__(self, model, kv: KVCache, ops, device: torch.device):
+        self.model, self.kv, self.ops, self.device = model, kv, ops, device
+        self.pin = device.type == "cuda"
+
+    def build(self, jobs: list[Job]):
+        """Pack jobs (grouped by context node) into input tensors and AttnMeta."""
+        jobs = sorted(jobs, key=lambda j: (0, 0) if j.ctx is None else (1, id(j.ctx)))
+        ids, pos, write, logit_index, requests = [], [], [], [], []
+        cu = [0]
+        groups: list[Group] = []
+        ctx_cache: dict[int, torch.Tensor] = {}
+        prev_ctx, g_seq, g_tok = object(), 0, 0
+        for s, job in enumerate(jobs):
+            if job.ctx is None or job.ctx is not prev_ctx:
+                if s > 0:
+                    groups.append(self._group(prev_ctx, g_seq, s, g_tok, cu[-1], ctx_cache))
+                prev_ctx, g_seq, g_tok = job.ctx, s, cu[-1]
+            base = cu[-1]
+            for n, slots in zip(job.nodes, job.store):
+                ids.extend(n.tokens)
+                write.extend(slots if slots is not None else [-1] * len(n.tokens))
+            n_tok = job.num_tokens
+            pos.extend(range(job.start, job.start + n_tok))
+            for off, r in job.outputs:
+                logit_index.append(base + off)
+                requests.append(r)
+            cu.append(base + n_tok)
+        groups.append(self._group(prev_ctx, g_seq, len(jobs), g_tok, cu[-1], ctx_cache))
+        t = lambda x: self._to_device(torch.tensor(x, dtype=torch.long))  # noqa: E731
+        meta = AttnMeta(cu_seqlens=cu, groups=groups, write_slots=t(write), logit_index=t(logit_index),
+                        max_seqlen=max(b - a for a, b in zip(cu, cu[1:])))
+        return t(ids), t(pos), meta, requests
+
+    def _group(self, ctx, seq_lo, seq_hi, tok_lo, tok_hi, cache) -> Group:
+        slots = None
+        if ctx is not None:
+            key = id(ctx)
+            if key not in cache:
+                cache[key] = self._to_device(torch.tensor(ctx.context_slots(), dtype=torch.long))
+            slots = cache[key]
+        return Group(slots, seq_lo, seq_hi, tok_lo, tok_hi)
+
+    def _to_device(self, x: torch.Tensor) -> torch.Tensor:
+        if self.device.type == "cpu":
+            return x
+        return x.pin_memory().to(self.device, non_blocking=True)
+
+    def run(self, jobs: list[Job]):
+        """Forward one pass. Returns (answer-row logits [n_out, n_ans] on CPU, request ids)."""
+        ids, pos, meta, requests = self.build(jobs)
+        if hasattr(self.ops, "prepare_meta"):
+            self.ops.prepare_meta(meta, self.device)
+        logits = self.model(ids, pos, meta, self.kv, self.ops)
+        return logits.to("cpu"), requests

@@ -1,0 +1,75 @@
+"""What is derived at run time from an EngineConfig: device, dtype, kernels,
+token budget and the number of KV slots."""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+
+import torch
+
+from .config import EngineConfig, ModelConfig
+from .ops import TorchOps
+
+log = logging.getLogger("gpu_worker")
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+CPU_POOL_BYTES = 1 << 30  # default KV pool on CPU: 1 GiB
+CPU_POOL_MAX_TOKENS = 65536
+
+
+@dataclass
+class Runtime:
+    config: EngineConfig
+    device: torch.device
+    dtype: torch.dtype
+    ops: object
+    token_budget: int
+    max_position: int
+    kv_slots: int = 0
+
+    @classmethod
+    def create(cls, cfg: EngineConfig, mcfg: ModelConfig) -> "Runtime":
+        device = torch.device(cfg.device)
+        if device.type == "cuda":
+            if not torch.cuda.is_available():
+                raise RuntimeError(f"device {cfg.device!r} asked for, but torch sees no CUDA GPU; use device='cpu'")
+            if device.index is None:
+                device = torch.device("cuda", torch.cuda.current_device())
+            torch.cuda.set_device(device)
+        elif device.type != "cpu":
+            raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {cfg.device!r}")
+        name = cfg.dtype or ("bfloat16" if device.type == "cuda" else "float32")
+        if name not in DTYPES:
+            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {name!r}")
+        ops = TorchOps()
+        if device.type == "cuda" and cfg.use_triton is not False:
+            from .cuda_ops import CudaOps
+
+            ops = CudaOps(use_triton=cfg.use_triton)
+        budget = cfg.token_budget or (16384 if device.type == "cuda" else 2048)
+        max_pos = min(cfg.max_prompt_tokens or mcfg.max_position, mcfg.max_position)
+        return cls(cfg, device, DTYPES[name], ops, budget, max_pos)
+
+    def size_pool(self, mcfg: ModelConfig):
+        """KV slots: the configured number, else what free memory allows."""
+        per_slot = 2 * mcfg.num_layers * mcfg.num_kv_heads * mcfg.head_dim * torch.finfo(self.dtype).bits // 8
+        if self.config.kv_pool_tokens:
+            slots = self.config.kv_pool_tokens
+        elif self.device.type == "cuda":
+            free, _ = torch.cuda.mem_get_info(self.device)
+            act = self.activation_bytes(mcfg)
+            slots = int((free - 2 * act - (2 << 30)) * 0.9) // per_slot
+            if slots < 4096:
+                raise RuntimeError(f"GPU has {free / 2**30:.1f} GiB free after weights: too little for the KV pool")
+        else:
+            slots = min(CPU_POOL_MAX_TOKENS, CPU_POOL_BYTES // per_slot)
+        self.kv_slots = max(16, slots // 16 * 16)
+        log.info("KV pool: %d slots (%.2f GiB), token budget %d", self.kv_slots,
+                 self.kv_slots * per_slot / 2**30, self.token_budget)
+
+    def activation_bytes(self, mcfg: ModelConfig) -> int:
+        """Peak activation bytes of one forward pass at the token budget (rough, generous)."""
+        width = max(2 * mcfg.intermediate_size, (mcfg.num_heads + 2 * mcfg.num_kv_heads) * mcfg.head_dim)
+        per_tok = (4 * mcfg.hidden_size + 2 * width) * 4
+        return self.token_budget * per_tok + int(os.environ.get("QUAIL_EXTRA_ACT_BYTES", 0))
