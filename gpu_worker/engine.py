@@ -80,6 +80,7 @@ class Engine:
     def filter(self, docs, questions) -> np.ndarray:
         """Margins [n_docs, n_questions]; NaN for a None document."""
         docs, questions = list(docs), _strings(questions, "questions")
+        self.tree.op += 1
         toks = self.renderer.encode_batch(docs)
         reqs, where = [], []
         for q_i, q in enumerate(questions):
@@ -106,6 +107,7 @@ class Engine:
         short_circuit a FALSE (margin <= 0) skips the rest for that document.
         """
         docs, questions = list(docs), _strings(questions, "questions")
+        self.tree.op += 1
         toks = self.renderer.encode_batch(docs)
         out = np.full((len(docs), len(questions)), np.nan)
         parts = [self.renderer.filter_parts(q) for q in questions]
@@ -132,6 +134,7 @@ class Engine:
     def join(self, anchors, partners, question: str) -> np.ndarray:
         """Margins [n_anchors, n_partners]; each anchor's KV computed once."""
         anchors, partners = list(anchors), list(partners)
+        self.tree.op += 1
         head, mid, post = self.renderer.join_parts(question)
         a_toks = self.renderer.encode_batch(anchors)
         p_toks = self.renderer.encode_batch(partners)
@@ -152,6 +155,7 @@ class Engine:
     def classify(self, docs, labels, instruction: str = "Which option describes the document best?"):
         """(label index per doc, -1 for None; probabilities [n_docs, n_labels], NaN rows for None)."""
         docs, labels = list(docs), _strings(labels, "labels")
+        self.tree.op += 1
         head, tail = self.renderer.classify_parts(instruction, labels)
         toks = self.renderer.encode_batch(docs)
         reqs, rows = [], []
@@ -289,7 +293,7 @@ class Engine:
         st["fresh_tokens"] += sched.fresh
         st["reused_tokens"] += max(0, requested - sched.fresh)
         st["kv_regret_tokens"] += sched.regret
-        st["min_fresh_tokens"] += sched.min_fresh
+        st["min_fresh_tokens"] += sched.fresh - sched.regret
         st["forward_passes"] += passes
         st["requests"] += len(reqs)
         st["wall_s"] += time.time() - t0

@@ -14,7 +14,7 @@ from .kv_pool import PagePool
 
 class Node:
     __slots__ = ("tokens", "parent", "children", "slots", "start", "pending", "ends",
-                 "last_used", "inflight")
+                 "last_used", "inflight", "op")
 
     def __init__(self, tokens: list[int], parent: "Node | None", start: int):
         self.tokens = tokens
@@ -26,6 +26,7 @@ class Node:
         self.ends: list[int] = []  # requests of the current call ending here
         self.last_used = 0
         self.inflight = -1  # forward pass computing this node
+        self.op = -1  # last engine operation that computed or lost this node
 
     @property
     def end(self) -> int:
@@ -54,6 +55,7 @@ class PrefixTree:
         self.roots: dict[object, Node] = {}
         self.clock = 0
         self.passes = 0
+        self.op = 0  # id of the engine operation in progress (regret accounting)
 
     def root(self, key: object = 0) -> Node:
         if key not in self.roots:
@@ -85,7 +87,7 @@ class PrefixTree:
         assert 0 < k < len(node.tokens)
         parent = node.parent
         upper = Node(node.tokens[:k], parent, node.start)
-        upper.pending, upper.last_used, upper.inflight = node.pending, node.last_used, node.inflight
+        upper.pending, upper.last_used, upper.inflight, upper.op = node.pending, node.last_used, node.inflight, node.op
         parent.children[upper.tokens[0]] = upper
         node.tokens = node.tokens[k:]
         node.start += k
@@ -110,6 +112,7 @@ class PrefixTree:
     def evict(self, n: Node):
         self.pool.release(n.slots)
         n.slots = None
+        n.op = self.op  # recomputing it within this operation is regret
 
     def allocate(self, n_tokens: int) -> list[int] | None:
         """Slots for n tokens, evicting unpinned leaves (LRU); None if impossible."""

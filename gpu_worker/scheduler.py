@@ -45,6 +45,7 @@ class Scheduler:
         self.pass_id = 0
         self.min_fresh = 0
         self.fresh = 0
+        self.regret = 0  # tokens this operation computes a second time
         counted: set[int] = set()
         resident_ends: set[int] = set()
         for r, node in enumerate(ends):
@@ -133,6 +134,9 @@ class Scheduler:
             self._store_some(job)
         for n in job.nodes:
             n.inflight = self.pass_id
+            if n.op == self.tree.op:
+                self.regret += len(n.tokens)
+            n.op = self.tree.op
         off = 0
         for n in job.nodes:
             off += len(n.tokens)
@@ -205,6 +209,3 @@ class Scheduler:
                     n.pending -= 1
                 self.ends[r].ends.remove(r)
 
-    @property
-    def regret(self) -> int:
-        return self.fresh - self.min_fresh

@@ -1,0 +1,35 @@
+"""Hugging Face transformers' own forward pass: the truth the engine is held to."""
+from __future__ import annotations
+
+import torch
+
+
+def hf_model(engine):
+    """A transformers model with exactly the engine's weights (float32, CPU)."""
+    from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+    from gpu_worker import weights
+
+    src = weights.resolve(engine.config.model, engine.config.cache_dir, engine.config.seed)
+    if src.folder is not None:
+        return AutoModelForCausalLM.from_pretrained(str(src.folder), dtype=torch.float32).eval()
+    cfg = {k: v for k, v in src.config.hf_config().items() if k not in ("architectures", "model_type")}
+    cls, conf = ((LlamaForCausalLM, LlamaConfig) if src.config.arch == "llama" else (Qwen3ForCausalLM, Qwen3Config))
+    model = cls(conf(**cfg))
+    ours = weights.load_model(src, torch.device("cpu"), torch.float32).state_dict()
+    if src.config.tie_embeddings:
+        ours["lm_head.weight"] = ours["model.embed_tokens.weight"]
+    missing, unexpected = model.load_state_dict(ours, strict=False)
+    assert not unexpected and all("rotary" in m for m in missing), (missing, unexpected)
+    return model.eval()
+
+
+@torch.no_grad()
+def last_logits(model, ids: list[int]) -> torch.Tensor:
+    return model(torch.tensor([ids])).logits[0, -1].float()
+
+
+def hf_margin(model, engine, ids: list[int]) -> float:
+    t, f = engine.answer_token_ids
+    lg = last_logits(model, ids)
+    return float(torch.logsumexp(lg[t], 0) - torch.logsumexp(lg[f], 0))

@@ -1,0 +1,87 @@
+"""Engine margins equal transformers' own forward pass on the same token ids.
+
+Float32 on CPU: the only differences are summation order (packing, split
+attention, fused projections), far below the 1e-3 bound.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gpu_worker import Engine, EngineConfig
+from gpu_worker.reference import hf_margin, hf_model, last_logits
+
+DOCS = [
+    "The refund never arrived and support ignored me.", "A quiet walk in the park.",
+    "Stocks fell 3% after the earnings call.", "", "My cat sleeps on the keyboard.",
+    "The pasta was cold and overpriced.", "Rain is expected tomorrow.", "I love this phone!",
+    "The train was late again.", "Aspirin caused a mild rash.", "Python 3.13 was released.",
+    "The hotel room smelled of smoke.", "Great service, fast delivery.", "Goal in the last minute!",
+    "The bill doubled without notice.", "Fresh apples at the market.", "He fixed the bug quickly.",
+    "Terrible noise from upstairs.", "A new vaccine trial began.", "The movie was boring.",
+]
+QUESTIONS = ["Is the document a complaint?", "Is the document about money?",
+             "Is the document positive?", "Does the document mention an animal?"]
+CHAIN = ["Is the document written in English?", "Is the document a complaint?", "Is the document short?"]
+ANCHORS = ["Patient report: rash and itching after taking aspirin for a headache.",
+           "Patient report: nausea after the new antibiotic.", "Patient report: no side effects.",
+           "Patient report: dizziness and a headache.", "Patient report: swelling of the face.",
+           "Patient report: fever after vaccination."]
+PARTNERS = ["rash", "headache", "nausea", "fever", "dizziness", "swelling", "aspirin", "cough", "itching", "pain"]
+JOIN_Q = "Does DOCUMENT 1 mention DOCUMENT 2?"
+
+MODELS = ["smollm2-135m", "tiny-llama-random", "tiny-qwen3-random"]
+
+
+@pytest.fixture(scope="module", params=MODELS)
+def pair(request, smol_engine):
+    eng = smol_engine if request.param == "smollm2-135m" else Engine(EngineConfig(model=request.param, token_budget=256))
+    return eng, hf_model(eng)
+
+
+def test_margins_match_transformers_on_mixed_prompts(pair):
+    eng, hf = pair
+    got, want = [], []
+    f = eng.filter(DOCS, QUESTIONS)  # 80 prompts
+    for i, d in enumerate(DOCS):
+        for j, q in enumerate(QUESTIONS):
+            got.append(f[i, j])
+            want.append(hf_margin(hf, eng, eng.render_filter(d, q)))
+    c = eng.chain(DOCS, CHAIN, short_circuit=False)  # 60 prompts
+    for i, d in enumerate(DOCS):
+        for j, q in enumerate(CHAIN):
+            got.append(c[i, j])
+            want.append(hf_margin(hf, eng, eng.render_filter(d, q)))
+    jn = eng.join(ANCHORS, PARTNERS, JOIN_Q)  # 60 prompts
+    for i, a in enumerate(ANCHORS):
+        for j, p in enumerate(PARTNERS):
+            got.append(jn[i, j])
+            want.append(hf_margin(hf, eng, eng.render_join(a, p, JOIN_Q)))
+    got, want = np.array(got), np.array(want)
+    assert len(got) >= 200 and not np.isnan(got).any()
+    assert np.abs(got - want).max() <= 1e-3, np.abs(got - want).max()
+    # the check is not vacuous: margins differ between prompts
+    assert want.std() > 0.05
+
+
+def test_classify_matches_transformers(pair):
+    eng, hf = pair
+    labels = ["complaint", "praise", "news"]
+    idx, probs = eng.classify(DOCS[:6], labels, "What kind of text is the document?")
+    import torch
+
+    a = eng.renderer.answers
+    for i, d in enumerate(DOCS[:6]):
+        lg = last_logits(hf, eng.render_classify(d, labels, "What kind of text is the document?"))
+        per = torch.stack([torch.logsumexp(lg[a.letter_ids[k]], 0) for k in range(3)])
+        ref = torch.softmax(per, 0).numpy()
+        assert np.abs(probs[i] - ref).max() < 1e-4
+        assert idx[i] == ref.argmax()
+
+
+def test_answer_ids_are_single_yes_no_tokens(smol_engine):
+    t, f = smol_engine.answer_token_ids
+    tok = smol_engine.tokenizer
+    assert {tok.decode([i]).strip().lower() for i in t} <= {"yes", "true"}
+    assert {tok.decode([i]).strip().lower() for i in f} <= {"no", "false"}
+    assert not set(t) & set(f)
