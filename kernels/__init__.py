@@ -1,0 +1,48 @@
+"""Triton kernels of the GPU fast path, each beside its pure-torch reference.
+
+Launchers take CUDA tensors, or CPU tensors when TRITON_INTERPRET=1 (Triton's
+interpreter). Without triton installed the package still imports but exports
+only `triton_available()` (False); the CPU path uses plain torch elsewhere.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def triton_available() -> bool:
+    """True when triton imports and there is somewhere to run it.
+
+    That is a CUDA device, or TRITON_INTERPRET=1 for Triton's CPU interpreter.
+    """
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    if os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on", "yes"):
+        return True
+    import torch
+
+    return torch.cuda.is_available()
+
+
+try:
+    import triton as _triton  # noqa: F401
+except ImportError:  # CPU-only install
+    _triton = None
+
+if _triton is not None:
+    from kernels.lse_merge import merge_attn, merge_attn_ref
+    from kernels.rmsnorm import fused_add_rmsnorm, fused_add_rmsnorm_ref, rmsnorm, rmsnorm_ref
+    from kernels.rope import qk_norm_rope, qk_norm_rope_ref
+    from kernels.silu_mul import silu_and_mul, silu_and_mul_ref
+
+    __all__ = [
+        "triton_available",
+        "rmsnorm", "rmsnorm_ref", "fused_add_rmsnorm", "fused_add_rmsnorm_ref",
+        "qk_norm_rope", "qk_norm_rope_ref",
+        "silu_and_mul", "silu_and_mul_ref",
+        "merge_attn", "merge_attn_ref",
+    ]
+else:
+    __all__ = ["triton_available"]
