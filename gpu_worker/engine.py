@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 
 import numpy as np
 import torch
@@ -231,6 +232,11 @@ class Engine:
         for n in node.path():
             n.pending -= 1
 
+    @staticmethod
+    def _read(launched, out: np.ndarray):
+        logits, rows = launched
+        out[rows] = logits.float().cpu().numpy()  # the one wait on the device per pass
+
     def _margins(self, logits: np.ndarray) -> np.ndarray:
         if len(logits) == 0:
             return np.zeros(0)
@@ -266,19 +272,23 @@ class Engine:
                 ends.append(self.tree.insert(prefix + suffix, at=self.tree.root(("solo", i))))
         sched = Scheduler(self.tree, ends, self.rt.token_budget, retain=share)
         passes, last_log = 0, t0
+        in_flight: deque = deque()  # launched passes whose logits are not read yet
         try:
             while not sched.done:
                 jobs = sched.next_pass()
                 if not jobs:
                     raise RuntimeError("scheduler made no progress (a bug): no job could run")
-                logits, rows = self.runner.run(jobs)
-                sched.finish(jobs)
-                out[rows] = logits.numpy()
+                in_flight.append(self.runner.run(jobs))
+                sched.finish(jobs)  # bookkeeping only: the next pass is planned while this one runs
                 passes += 1
+                if len(in_flight) > 1:
+                    self._read(in_flight.popleft(), out)
                 if time.time() - last_log > 10:
                     last_log = time.time()
-                    done = sum(sched.served)
-                    log.info("engine: %d/%d prompts, %d passes, %.0f s", done, len(reqs), passes, last_log - t0)
+                    log.info("engine: %d/%d prompts planned, %d passes, %.0f s",
+                             sum(sched.served), len(reqs), passes, last_log - t0)
+            while in_flight:
+                self._read(in_flight.popleft(), out)
         except BaseException:
             self._new_tree()  # bookkeeping of an interrupted call is not trusted
             raise

@@ -117,21 +117,24 @@ class PrefixTree:
     def allocate(self, n_tokens: int) -> list[int] | None:
         """Slots for n tokens, evicting unpinned leaves (LRU); None if impossible."""
         while not self.pool.can_allocate(n_tokens):
-            victim = self._lru_victim()
-            if victim is None:
+            victims = self._evictable_by_age()
+            if not victims:
                 return None
-            self.evict(victim)
+            for n in victims:  # one scan of the tree frees many pages
+                self.evict(n)
+                if self.pool.can_allocate(n_tokens):
+                    break
         return self.pool.allocate(n_tokens)
 
-    def _lru_victim(self) -> Node | None:
-        best = None
-        stack = list(self.roots.values())
+    def _evictable_by_age(self) -> list[Node]:
+        out, stack = [], list(self.roots.values())
         while stack:
             n = stack.pop()
             stack.extend(n.children.values())
-            if self.evictable(n) and (best is None or n.last_used < best.last_used):
-                best = n
-        return best
+            if self.evictable(n):
+                out.append(n)
+        out.sort(key=lambda n: n.last_used)
+        return out
 
     def prune(self):
         """Drop nodes that hold nothing and are needed by nobody; merge nothing."""
@@ -171,16 +174,10 @@ class PrefixTree:
         """Evict unpinned leaves, oldest first, until `keep_free` of the pages are free."""
         want = int(self.pool.num_pages * keep_free)
         while self.pool.num_free < want:
-            leaves, stack = [], list(self.roots.values())
-            while stack:
-                n = stack.pop()
-                stack.extend(n.children.values())
-                if self.evictable(n):
-                    leaves.append(n)
-            if not leaves:
+            victims = self._evictable_by_age()
+            if not victims:
                 return
-            leaves.sort(key=lambda n: n.last_used)
-            for n in leaves:
+            for n in victims:
                 self.evict(n)
                 if self.pool.num_free >= want:
                     return

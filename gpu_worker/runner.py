@@ -72,9 +72,13 @@ class ModelRunner:
         return x.pin_memory().to(self.device, non_blocking=True)
 
     def run(self, jobs: list[Job]):
-        """Forward one pass. Returns (answer-row logits [n_out, n_ans] on CPU, request ids)."""
+        """Launch one pass. Returns (answer-row logits [n_out, n_ans] on the device, request ids).
+
+        Nothing here waits for the device: the caller reads the logits later,
+        after it has prepared and launched the next pass.
+        """
         ids, pos, meta, requests = self.build(jobs)
         if hasattr(self.ops, "prepare_meta"):
             self.ops.prepare_meta(meta, self.device)
         logits = self.model(ids, pos, meta, self.kv, self.ops)
-        return logits.to("cpu"), requests
+        return logits, requests
