@@ -141,6 +141,7 @@ class EngineConfig:
     seed: int = 0
     cache_dir: str | None = None
     use_triton: bool | None = None  # default: on CUDA when triton imports
+    tokenizer: str | None = None  # tokenizer folder for the random presets (default: SmolLM2's)
 
     def __post_init__(self):
         if self.on_overflow not in ON_OVERFLOW:

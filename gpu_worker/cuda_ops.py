@@ -1,21 +1,25 @@
 """CUDA ops: the Triton kernels of kernels/ and split attention on the device.
 
 Same interface and semantics as `ops.TorchOps`. Split attention per forward
-pass (see attention.py) runs as two variable-length calls over the whole
+pass (see attention.py) runs as a few variable-length calls over the whole
 packed batch, whatever the number of sequences:
 
 - self part: every sequence's new tokens attend causally to themselves;
+  sequences up to TRITON_MAX_Q tokens in the Triton kernel below (it packs
+  the query heads of one KV head into one tile: few, full programs even for
+  thousands of 13-token partners), longer ones in torch's flash attention
+  (FA2 through `aten._flash_attention_forward`, grouped-query heads native);
 - context part: the new tokens of each group (sequences sharing one cached
   context, e.g. an anchor's partners) form ONE query sequence that attends,
   without a mask, to the group's context keys, gathered once per layer from
-  the KV cache. A context is read once per group, not once per sequence.
+  the KV cache: a context is read once per group, not once per sequence.
+  The two partial results merge by log-sum-exp (kernels.merge_attn).
+  A short context (the chat frame every filter prompt shares) or one used
+  by a single sequence is instead read inside the Triton self kernel, which
+  saves the second call, the merge and a copy.
 
-The two partial results merge by log-sum-exp (kernels.merge_attn). Each part
-runs on flash attention (torch's FA2 through `aten._flash_attention_forward`,
-grouped-query heads native) or on the Triton kernel below, which packs the
-query heads sharing a KV head into one tile (fewer, fuller programs for
-many short sequences). `prepare_meta` builds all index tensors once per pass
-with one host-to-device copy; the attention itself never syncs the host.
+`prepare_meta` + the first layer build every index tensor of the pass with one
+host-to-device copy; the attention itself never syncs the host.
 """
 from __future__ import annotations
 
@@ -35,7 +39,9 @@ except ImportError:  # CPU-only install: CudaOps falls back to torch everywhere
     triton = None
 
 FLASH_DTYPES = (torch.bfloat16, torch.float16)
-SHORT_SEQ = 32  # self part: sequences up to this length go to the Triton kernel ("auto")
+TRITON_MAX_Q = 512  # "auto": sequences up to this long take the Triton kernel, longer ones flash
+FOLD_CTX = 128  # a context this short is read inside the Triton kernel (no second call, no merge)
+FOLD_CTX_SOLO = 1024  # ... and one this long when a single sequence uses it (nothing to share)
 
 
 @dataclass
@@ -46,24 +52,37 @@ class AttnPart:
     cu_k: torch.Tensor  # int32 [n + 1] offsets into its key rows
     max_q: int
     max_k: int
-    items: torch.Tensor  # int32 [2, n_items] (sequence, first query token) per Triton program
-    block_t: int  # query tokens per Triton program
+    items: torch.Tensor | None = None  # int32 [2, n_items] (sequence, first query token) per Triton program
+    block_t: int = 0  # query tokens per Triton program
 
 
 @dataclass
 class AttnPlan:
-    """Device metadata of one pass (built by `build_plan`, shared by all layers)."""
+    """Device metadata of one pass (built by `build_plan`, shared by all layers).
 
-    self_part: AttnPart
+    Self part: sequences up to TRITON_MAX_Q tokens ("short") run in the Triton
+    kernel, the rest ("long") in flash attention, compacted by `long_rows`
+    unless every sequence is long. A short context used by short sequences is
+    folded into the Triton kernel (`fold`); every other context is split: its
+    group's queries attend to it in `ctx_part`, merged by log-sum-exp.
+    """
+
+    tri: AttnPart | None  # Triton self part: cu over all sequences, items of the short ones
+    long: AttnPart | None  # flash self part over the long sequences
+    long_rows: torch.Tensor | None  # int64 packed rows of the long sequences (None: all rows)
+    fold: torch.Tensor | None  # int32 [2, n_seq] (first row in fold_slots, length) of folded contexts
+    fold_slots: torch.Tensor | None  # int64 slots of the folded contexts, concatenated
     ctx_part: AttnPart | None
-    ctx_lo: int  # tokens with a context are rows [ctx_lo, T) when ctx_rows is None
-    ctx_rows: torch.Tensor | None  # int64 rows of those tokens when not one contiguous range
-    ctx_slots: torch.Tensor | None  # int64 [sum C] context slots of every group, concatenated
+    ctx_lo: int  # split-context tokens are rows [ctx_lo, T) when ctx_rows is None
+    ctx_rows: torch.Tensor | None
+    ctx_slots: torch.Tensor | None  # int64 slots of the split contexts, concatenated
 
 
-def _blocks(lens: np.ndarray, block_t: int, longest_first: bool) -> np.ndarray:
+def _blocks(lens: np.ndarray, block_t: int, longest_first: bool, keep=None) -> np.ndarray:
     """[2, n_items] (sequence, first token) of query blocks of `block_t` tokens."""
     nblk = (lens + block_t - 1) // block_t
+    if keep is not None:
+        nblk = np.where(keep, nblk, 0)
     seq = np.repeat(np.arange(len(lens), dtype=np.int64), nblk)
     first = np.arange(int(nblk.sum()), dtype=np.int64) - np.repeat(np.cumsum(nblk) - nblk, nblk)
     start = first * block_t
@@ -79,50 +98,99 @@ def _block_t(max_q: int, rep: int) -> int:
     return max(1, rows // rep)
 
 
-def build_plan(meta: AttnMeta, device, n_rep: int) -> AttnPlan:
-    """Index tensors of both attention parts for one pass (one host-to-device copy).
+def _ranges(cu: np.ndarray, idx) -> np.ndarray:
+    return np.concatenate([np.arange(cu[i], cu[i + 1]) for i in idx]) if len(idx) else np.zeros(0, np.int64)
 
-    n_rep: query heads per KV head (sets the Triton query block).
+
+def build_plan(meta: AttnMeta, device, n_rep: int, self_attn: str = "auto", fold: bool = True) -> AttnPlan:
+    """Index tensors of one pass (one host-to-device copy).
+
+    n_rep: query heads per KV head (sets the Triton query block); self_attn:
+    "auto", "triton" or "flash" (which sequences are long, see AttnPlan).
     """
+    on_gpu = torch.device(device).type == "cuda"
     cu = np.asarray(meta.cu_seqlens, dtype=np.int64)
     lens = np.diff(cu)
-    self_bt = _block_t(int(lens.max()) if len(lens) else 1, n_rep)
-    arrays = [cu, np.zeros(0, np.int64), _blocks(lens, self_bt, longest_first=True).ravel()]
-    ctx_groups = [g for g in meta.groups if g.ctx_slots is not None and g.ctx_slots.numel() > 0]
-    ctx_rows = None
-    ctx_lo = int(cu[-1])
-    if ctx_groups:
-        q_len = np.array([g.tok_hi - g.tok_lo for g in ctx_groups], dtype=np.int64)
-        k_len = np.array([g.ctx_slots.numel() for g in ctx_groups], dtype=np.int64)
-        cu_q = np.concatenate([[0], np.cumsum(q_len)])
-        cu_k = np.concatenate([[0], np.cumsum(k_len)])
-        ctx_bt = _block_t(int(q_len.max()), n_rep)
-        arrays += [cu_q, cu_k, _blocks(q_len, ctx_bt, longest_first=False).ravel()]
-        contiguous = all(a.tok_hi == b.tok_lo for a, b in zip(ctx_groups, ctx_groups[1:]))
-        if contiguous and ctx_groups[-1].tok_hi == cu[-1]:
-            ctx_lo = ctx_groups[0].tok_lo
+    n_seq = len(lens)
+    if self_attn == "flash":
+        long = np.ones(n_seq, dtype=bool)
+    elif self_attn == "triton":
+        long = np.zeros(n_seq, dtype=bool)
+    else:
+        long = lens > TRITON_MAX_Q
+    arrays: dict[str, np.ndarray] = {"cu": cu}
+    fold_rows = np.zeros((2, n_seq), dtype=np.int64)
+    fold_groups, split_groups = [], []
+    for g in meta.groups:
+        c = 0 if g.ctx_slots is None else g.ctx_slots.numel()
+        if c == 0:
+            continue
+        n = g.seq_hi - g.seq_lo
+        if fold and not long[g.seq_lo:g.seq_hi].any() and (c <= FOLD_CTX or (n == 1 and c <= FOLD_CTX_SOLO)):
+            fold_rows[0, g.seq_lo:g.seq_hi] = sum(x.ctx_slots.numel() for x in fold_groups)
+            fold_rows[1, g.seq_lo:g.seq_hi] = c
+            fold_groups.append(g)
         else:
-            rows = np.concatenate([np.arange(g.tok_lo, g.tok_hi) for g in ctx_groups])
-            arrays.append(rows)
-    sizes = [len(a) for a in arrays]
-    packed = torch.from_numpy(np.concatenate(arrays).astype(np.int64))
-    if torch.device(device).type == "cuda":
+            split_groups.append(g)
+    short_max = int(lens[~long].max()) if (~long).any() else 0
+    tri_bt = _block_t(max(short_max, 1), n_rep)
+    if (~long).any():
+        arrays["items"] = _blocks(lens, tri_bt, longest_first=True, keep=~long).ravel()
+        if fold_groups:
+            arrays["fold"] = fold_rows.ravel()
+    if long.any():
+        long_idx = np.nonzero(long)[0]
+        arrays["long_cu"] = np.concatenate([[0], np.cumsum(lens[long_idx])])
+        if not long.all():
+            arrays["long_rows"] = _ranges(cu, long_idx)
+    ctx_lo = int(cu[-1])
+    if split_groups:
+        q_len = np.array([g.tok_hi - g.tok_lo for g in split_groups], dtype=np.int64)
+        k_len = np.array([g.ctx_slots.numel() for g in split_groups], dtype=np.int64)
+        arrays["ctx_cu_q"] = np.concatenate([[0], np.cumsum(q_len)])
+        arrays["ctx_cu_k"] = np.concatenate([[0], np.cumsum(k_len)])
+        ctx_bt = _block_t(int(q_len.max()), n_rep)
+        arrays["ctx_items"] = _blocks(q_len, ctx_bt, longest_first=False).ravel()
+        contiguous = all(a.tok_hi == b.tok_lo for a, b in zip(split_groups, split_groups[1:]))
+        if contiguous and split_groups[-1].tok_hi == cu[-1]:
+            ctx_lo = split_groups[0].tok_lo
+        else:
+            arrays["ctx_rows"] = np.concatenate([np.arange(g.tok_lo, g.tok_hi) for g in split_groups])
+    d = _to_device(arrays, device, on_gpu)
+    i32 = lambda name: d[name].to(torch.int32)  # noqa: E731  (small cast kernels, no sync)
+    cu32 = i32("cu")
+    tri = long_part = None
+    if "items" in d:
+        tri = AttnPart(cu32, cu32, short_max, short_max, i32("items").view(2, -1), tri_bt)
+    if "long_cu" in d:
+        lcu = cu32 if long.all() else i32("long_cu")
+        long_max = int(lens[long].max())
+        long_part = AttnPart(lcu, lcu, long_max, long_max)
+    ctx_part = None
+    if split_groups:
+        ctx_part = AttnPart(i32("ctx_cu_q"), i32("ctx_cu_k"), int(q_len.max()), int(k_len.max()),
+                            i32("ctx_items").view(2, -1), ctx_bt)
+    return AttnPlan(tri, long_part, d.get("long_rows"), i32("fold").view(2, -1) if "fold" in d else None,
+                    _cat_slots(fold_groups), ctx_part, ctx_lo, d.get("ctx_rows"), _cat_slots(split_groups))
+
+
+def _to_device(arrays: dict, device, on_gpu: bool) -> dict:
+    """All index arrays in one pinned host buffer and one non-blocking copy; views per name."""
+    names = list(arrays)
+    packed = torch.from_numpy(np.concatenate([arrays[n] for n in names]).astype(np.int64))
+    if on_gpu:
         packed = packed.pin_memory().to(device, non_blocking=True)
-    parts, off = [], 0
-    for n in sizes:
-        parts.append(packed[off:off + n])
-        off += n
-    i32 = lambda t: t.to(torch.int32)  # noqa: E731  (one small cast kernel each, no sync)
-    self_part = AttnPart(i32(parts[0]), i32(parts[0]), int(lens.max()) if len(lens) else 0,
-                         int(lens.max()) if len(lens) else 0, i32(parts[2]).view(2, -1), self_bt)
-    ctx_part, ctx_slots = None, None
-    if ctx_groups:
-        ctx_part = AttnPart(i32(parts[3]), i32(parts[4]), int(q_len.max()), int(k_len.max()),
-                            i32(parts[5]).view(2, -1), ctx_bt)
-        if len(parts) > 6:
-            ctx_rows = parts[6]
-        ctx_slots = torch.cat([g.ctx_slots for g in ctx_groups]) if len(ctx_groups) > 1 else ctx_groups[0].ctx_slots
-    return AttnPlan(self_part, ctx_part, ctx_lo, ctx_rows, ctx_slots)
+    out, off = {}, 0
+    for n in names:
+        out[n] = packed[off:off + len(arrays[n])]
+        off += len(arrays[n])
+    return out
+
+
+def _cat_slots(groups):
+    if not groups:
+        return None
+    return torch.cat([g.ctx_slots for g in groups]) if len(groups) > 1 else groups[0].ctx_slots
 
 
 # --- Triton attention ------------------------------------------------------------------------
@@ -130,11 +198,44 @@ def build_plan(meta: AttnMeta, device, n_rep: int) -> AttnPlan:
 if triton is not None:
 
     @triton.jit
+    def _attend_keys(q, acc, m_i, l_i, k_ptr, v_ptr, k_lo, hi, kvh, tok, s_kt, s_kh, s_vt, s_vh, qk_scale,
+                     BLOCK_N: tl.constexpr, D: tl.constexpr, CAUSAL: tl.constexpr, UPCAST: tl.constexpr):
+        """Online softmax of q [BLOCK_M, D] over keys [k_lo, k_lo + hi) of head kvh."""
+        dd = tl.arange(0, D)
+        for start in range(0, hi, BLOCK_N):
+            cols = start + tl.arange(0, BLOCK_N)
+            col_ok = cols < hi
+            k_rows = (k_lo + cols).to(tl.int64)
+            kb = tl.load(k_ptr + k_rows[:, None] * s_kt + kvh * s_kh + dd[None, :],
+                         mask=col_ok[:, None], other=0.0)  # [BLOCK_N, D]
+            vb = tl.load(v_ptr + k_rows[:, None] * s_vt + kvh * s_vh + dd[None, :],
+                         mask=col_ok[:, None], other=0.0)
+            if UPCAST:  # Triton's CPU interpreter multiplies 16-bit dots wrongly
+                kb = kb.to(tl.float32)
+                vb = vb.to(tl.float32)
+            s = tl.dot(q, tl.trans(kb)) * qk_scale  # log2 units
+            ok = col_ok[None, :]
+            if CAUSAL:
+                ok = ok & (cols[None, :] <= tok[:, None])
+            s = tl.where(ok, s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+            alpha = tl.exp2(m_i - m_safe)
+            p = tl.exp2(s - m_safe[:, None])
+            l_i = l_i * alpha + tl.sum(p, 1)
+            acc = acc * alpha[:, None] + tl.dot(p.to(vb.dtype), vb)
+            m_i = m_new
+        return acc, m_i, l_i
+
+    # per-pass counts: specializing on them (== 1, % 16) would recompile mid-run
+    @triton.jit(do_not_specialize=["n_seq", "n_items"])
     def _varlen_attn_kernel(
         q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, items_ptr, cu_q_ptr, cu_k_ptr,
-        n_items, s_qt, s_qh, s_kt, s_kh, s_vt, s_vh, s_ot, s_oh, s_lt, s_lh, qk_scale,
+        kf_ptr, vf_ptr, fold_ptr, n_seq,
+        n_items, s_qt, s_qh, s_kt, s_kh, s_vt, s_vh, s_ot, s_oh, s_lt, s_lh,
+        s_kft, s_kfh, s_vft, s_vfh, qk_scale,
         REP: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
-        CAUSAL: tl.constexpr, UPCAST: tl.constexpr,
+        CAUSAL: tl.constexpr, HAS_FOLD: tl.constexpr, UPCAST: tl.constexpr,
     ):
         # program (item, kv head): BLOCK_T query tokens x REP query heads = BLOCK_M rows
         # row r <-> token first + r // REP, head kvh * REP + r % REP; keys of head kvh
@@ -155,38 +256,21 @@ if triton is not None:
         q_rows = (q_lo + tok).to(tl.int64)
         q = tl.load(q_ptr + q_rows[:, None] * s_qt + head[:, None] * s_qh + dd[None, :],
                     mask=row_ok[:, None], other=0.0)
-        if UPCAST:  # Triton's CPU interpreter multiplies 16-bit dots wrongly
+        if UPCAST:
             q = q.to(tl.float32)
         m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
         l_i = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, D], tl.float32)
+        if HAS_FOLD:  # the sequence's short cached context: every key visible
+            f_lo = tl.load(fold_ptr + seq)
+            f_len = tl.load(fold_ptr + n_seq + seq)
+            acc, m_i, l_i = _attend_keys(q, acc, m_i, l_i, kf_ptr, vf_ptr, f_lo, f_len, kvh, tok,
+                                         s_kft, s_kfh, s_vft, s_vfh, qk_scale, BLOCK_N, D, False, UPCAST)
         hi = k_len
-        if CAUSAL:  # self part: key j visible to token i iff j <= i
+        if CAUSAL:  # own keys: j visible to token i iff j <= i
             hi = tl.minimum(k_len, first + BLOCK_T)
-        for start in range(0, hi, BLOCK_N):
-            cols = start + tl.arange(0, BLOCK_N)
-            col_ok = cols < hi
-            k_rows = (k_lo + cols).to(tl.int64)
-            kt = tl.load(k_ptr + k_rows[None, :] * s_kt + kvh * s_kh + dd[:, None],
-                         mask=col_ok[None, :], other=0.0)  # [D, BLOCK_N]
-            if UPCAST:
-                kt = kt.to(tl.float32)
-            s = tl.dot(q, kt) * qk_scale  # log2 units
-            ok = col_ok[None, :]
-            if CAUSAL:
-                ok = ok & (cols[None, :] <= tok[:, None])
-            s = tl.where(ok, s, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-            alpha = tl.exp2(m_i - m_safe)
-            p = tl.exp2(s - m_safe[:, None])
-            l_i = l_i * alpha + tl.sum(p, 1)
-            vt = tl.load(v_ptr + k_rows[:, None] * s_vt + kvh * s_vh + dd[None, :],
-                         mask=col_ok[:, None], other=0.0)  # [BLOCK_N, D]
-            if UPCAST:
-                vt = vt.to(tl.float32)
-            acc = acc * alpha[:, None] + tl.dot(p.to(vt.dtype), vt)
-            m_i = m_new
+        acc, m_i, l_i = _attend_keys(q, acc, m_i, l_i, k_ptr, v_ptr, k_lo, hi, kvh, tok,
+                                     s_kt, s_kh, s_vt, s_vh, qk_scale, BLOCK_N, D, CAUSAL, UPCAST)
         has = l_i > 0.0
         out = acc / tl.where(has, l_i, 1.0)[:, None]
         lse = tl.where(has, (m_i + tl.log2(tl.where(has, l_i, 1.0))) * 0.6931471805599453, float("-inf"))
@@ -195,27 +279,35 @@ if triton is not None:
         tl.store(lse_ptr + q_rows * s_lt + head * s_lh, lse, mask=row_ok)
 
 
-def triton_varlen_attention(q, k, v, part: AttnPart, causal: bool):
-    """q: [Tq, n_q, d]; k, v: [Tk, n_kv, d] -> (out [Tq, n_q, d], lse float32 [Tq, n_q])."""
+def triton_varlen_attention(q, k, v, part: AttnPart, causal: bool, out=None, lse=None, kf=None, vf=None,
+                            fold=None):
+    """q: [Tq, n_q, d]; k, v: [Tk, n_kv, d] -> (out [Tq, n_q, d], lse float32 [Tq, n_q]).
+
+    Only the rows of `part.items` are written. kf, vf, fold: folded contexts
+    (keys [F, n_kv, d] and per sequence (first row, length) [2, n_seq]).
+    """
     Tq, n_q, d = q.shape
     n_kv = k.shape[1]
     if n_q % n_kv or d & (d - 1) or q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:
         raise ValueError(f"triton attention: expected n_q % n_kv == 0, power-of-two d and unit last "
                          f"strides, got n_q={n_q}, n_kv={n_kv}, d={d}")
     rep = n_q // n_kv
-    out = torch.empty_like(q)
-    lse = torch.empty((Tq, n_q), dtype=torch.float32, device=q.device)
+    out = torch.empty_like(q) if out is None else out
+    lse = torch.empty((Tq, n_q), dtype=torch.float32, device=q.device) if lse is None else lse
     n_items = part.items.shape[1]
     if Tq == 0 or n_items == 0:
         return out, lse
+    has_fold = fold is not None
+    kf, vf, fold = (kf, vf, fold) if has_fold else (k, v, part.cu_q)
     block_m = part.block_t * rep
     _varlen_attn_kernel[(n_items, n_kv)](
-        q, k, v, out, lse, part.items, part.cu_q, part.cu_k,
+        q, k, v, out, lse, part.items, part.cu_q, part.cu_k, kf, vf, fold, part.cu_q.shape[0] - 1,
         n_items, q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         out.stride(0), out.stride(1), lse.stride(0), lse.stride(1),
+        kf.stride(0), kf.stride(1), vf.stride(0), vf.stride(1),
         (1.0 / math.sqrt(d)) * 1.4426950408889634,
         REP=rep, BLOCK_T=part.block_t, BLOCK_N=64 if block_m >= 128 else 32, D=d, CAUSAL=causal,
-        UPCAST=q.device.type == "cpu",
+        HAS_FOLD=has_fold, UPCAST=q.device.type == "cpu",
         num_warps=8 if block_m >= 128 else 4, num_stages=3 if block_m >= 128 else 2,
     )
     return out, lse
@@ -224,21 +316,25 @@ def triton_varlen_attention(q, k, v, part: AttnPart, causal: bool):
 _FLASH_GQA = [True]  # cleared if this torch's flash attention refuses fewer KV heads
 
 
-def flash_varlen_attention(q, k, v, part: AttnPart, causal: bool):
-    """torch's flash attention (FA2). Returns (out [Tq, n_q, d], lse float32 [Tq, n_q])."""
+def flash_varlen_attention(q, k, v, part: AttnPart, causal: bool, repeat_kv: bool = False):
+    """torch's flash attention (FA2). Returns (out [Tq, n_q, d], lse float32 [Tq, n_q]).
+
+    repeat_kv: give it one K/V head per query head (copies) instead of its
+    native grouped-query mode.
+    """
     rep = q.shape[1] // k.shape[1]
-    if rep > 1 and _FLASH_GQA[0]:
+    if rep > 1 and _FLASH_GQA[0] and not repeat_kv:
         try:
             out, lse = torch.ops.aten._flash_attention_forward(
                 q, k, v, part.cu_q, part.cu_k, part.max_q, part.max_k, 0.0, causal, False)[:2]
         except RuntimeError:
             _FLASH_GQA[0] = False
-    if rep == 1 or not _FLASH_GQA[0]:
+    if rep == 1 or not _FLASH_GQA[0] or repeat_kv:
         k, v = (x.repeat_interleave(rep, dim=1) for x in (k, v)) if rep > 1 else (k, v)
         out, lse = torch.ops.aten._flash_attention_forward(
             q, k, v, part.cu_q, part.cu_k, part.max_q, part.max_k, 0.0, causal, False)[:2]
     if lse.dim() == 2 and lse.shape[0] == q.shape[1]:  # [n_q, Tq] (varlen layout)
-        lse = lse.t()
+        lse = lse.t().contiguous()  # fixed strides: the merge kernel is not re-specialized per pass
     return out, lse
 
 
@@ -247,15 +343,20 @@ def flash_varlen_attention(q, k, v, part: AttnPart, causal: bool):
 class CudaOps:
     """Triton kernels + device split attention; torch fallbacks where a kernel is missing.
 
-    self_attn / ctx_attn: "flash", "triton" or "auto" (self: Triton when every
-    sequence of the pass is short, else flash; context: flash).
+    self_attn: "auto" (Triton for sequences up to TRITON_MAX_Q tokens, flash for
+    longer ones), "triton" or "flash"; ctx_attn (split contexts): "flash" or
+    "triton"; fold: read short contexts inside the Triton kernel (AttnPlan);
+    repeat_kv: flash attention on K/V heads repeated per query head.
     """
 
     name = "cuda"
 
-    def __init__(self, use_triton: bool | None = None, self_attn: str = "auto", ctx_attn: str = "flash"):
+    def __init__(self, use_triton: bool | None = None, self_attn: str = "auto", ctx_attn: str = "flash",
+                 fold: bool = True, repeat_kv: bool = False):
         self.kernels = _load_kernels(use_triton)
-        self.self_attn, self.ctx_attn = self_attn, ctx_attn
+        if self.kernels is None:  # no Triton here: flash attention only
+            self_attn, ctx_attn, fold = "flash", "flash", False
+        self.self_attn, self.ctx_attn, self.fold, self.repeat_kv = self_attn, ctx_attn, fold, repeat_kv
         self.name = "cuda+triton" if self.kernels is not None else "cuda"
 
     # elementwise ---------------------------------------------------------------------------
@@ -287,23 +388,17 @@ class CudaOps:
         meta.device_meta["plan"] = None
         meta.device_meta["device"] = device
 
-    @staticmethod
-    def _plan(meta: AttnMeta, device, n_rep: int) -> AttnPlan:
-        plan = meta.device_meta.get("plan")
-        if plan is None:
-            plan = meta.device_meta["plan"] = build_plan(meta, device, n_rep)
-        return plan
-
     def attention(self, q, k, v, k_cache, v_cache, meta: AttnMeta):
         on_gpu = q.device.type == "cuda"
         if (on_gpu and q.dtype not in FLASH_DTYPES) or (not on_gpu and self.kernels is None):
             # float32 on the GPU: the plain-torch reference (flash needs 16-bit, Triton's dot is tf32)
             return split_attention_torch(q, k, v, k_cache, v_cache, meta, self._merge)
-        plan = self._plan(meta, meta.device_meta.get("device", q.device), q.shape[1] // k.shape[1])
-        sp = plan.self_part
-        use_triton = self.self_attn == "triton" or (self.self_attn == "auto" and sp.max_q <= SHORT_SEQ)
-        attn = triton_varlen_attention if use_triton or q.device.type != "cuda" else flash_varlen_attention
-        out, lse = attn(q, k, v.contiguous(), sp, causal=True)
+        plan = meta.device_meta.get("plan")
+        if plan is None:  # first layer of the pass
+            self_attn = self.self_attn if on_gpu else "triton"  # no flash attention off the GPU
+            plan = meta.device_meta["plan"] = build_plan(
+                meta, meta.device_meta.get("device", q.device), q.shape[1] // k.shape[1], self_attn, self.fold)
+        out, lse = self._self_part(q, k, v, k_cache, v_cache, plan)
         cp = plan.ctx_part
         if cp is None:
             return out
@@ -311,9 +406,10 @@ class CudaOps:
         vc = v_cache.index_select(0, plan.ctx_slots)
         rows = plan.ctx_rows
         qc = q[plan.ctx_lo:] if rows is None else q.index_select(0, rows)
-        attn = triton_varlen_attention if self.ctx_attn == "triton" or q.device.type != "cuda" \
-            else flash_varlen_attention
-        o_ctx, lse_ctx = attn(qc, kc, vc, cp, causal=False)
+        if self.ctx_attn == "triton" or not on_gpu:
+            o_ctx, lse_ctx = triton_varlen_attention(qc, kc, vc, cp, causal=False)
+        else:
+            o_ctx, lse_ctx = flash_varlen_attention(qc, kc, vc, cp, causal=False, repeat_kv=self.repeat_kv)
         if rows is None:
             merged, _ = self._merge(out[plan.ctx_lo:], lse[plan.ctx_lo:], o_ctx, lse_ctx)
             out[plan.ctx_lo:] = merged
@@ -321,6 +417,24 @@ class CudaOps:
             merged, _ = self._merge(out.index_select(0, rows), lse.index_select(0, rows), o_ctx, lse_ctx)
             out.index_copy_(0, rows, merged)
         return out
+
+    def _self_part(self, q, k, v, k_cache, v_cache, plan: AttnPlan):
+        """Causal attention of every sequence to itself (+ its folded context): (out, lse [T, n_q])."""
+        lp = plan.long
+        if lp is not None and plan.long_rows is None:  # every sequence long: one flash call
+            return flash_varlen_attention(q, k, v.contiguous(), lp, causal=True, repeat_kv=self.repeat_kv)
+        out, lse = torch.empty_like(q), torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)
+        kf = vf = None
+        if plan.fold is not None:
+            kf, vf = k_cache.index_select(0, plan.fold_slots), v_cache.index_select(0, plan.fold_slots)
+        triton_varlen_attention(q, k, v, plan.tri, causal=True, out=out, lse=lse, kf=kf, vf=vf, fold=plan.fold)
+        if lp is not None:
+            rows = plan.long_rows
+            o_l, lse_l = flash_varlen_attention(*(x.index_select(0, rows) for x in (q, k, v)), lp, causal=True,
+                                                repeat_kv=self.repeat_kv)
+            out.index_copy_(0, rows, o_l)
+            lse.index_copy_(0, rows, lse_l)
+        return out, lse
 
     def _merge(self, o_a, lse_a, o_b, lse_b):
         if self.kernels is None:

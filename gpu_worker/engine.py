@@ -7,6 +7,7 @@ extending earlier rows) lives once in the prefix tree.
 """
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from collections import deque
@@ -43,7 +44,7 @@ class Engine:
             cfg = cfg.replace(**kw)
         self.config = cfg
         t0 = time.time()
-        src = weights.resolve(cfg.model, cfg.cache_dir, cfg.seed)
+        src = weights.resolve(cfg.model, cfg.cache_dir, cfg.seed, cfg.tokenizer)
         self.model_config = src.config
         self.tokenizer = weights.load_tokenizer(src)
         self.renderer = PromptRenderer(self.tokenizer)
@@ -135,22 +136,33 @@ class Engine:
     def join(self, anchors, partners, question: str) -> np.ndarray:
         """Margins [n_anchors, n_partners]; each anchor's KV computed once."""
         anchors, partners = list(anchors), list(partners)
-        self.tree.op += 1
-        head, mid, post = self.renderer.join_parts(question)
         a_toks = self.renderer.encode_batch(anchors)
         p_toks = self.renderer.encode_batch(partners)
+        out = self.join_ids(a_toks, p_toks, question)
+        self._stage("join", [question], out.reshape(-1, 1))
+        return out
+
+    def join_ids(self, a_toks, p_toks, question: str) -> np.ndarray:
+        """`join` on token ids (None entries give NaN); each anchor's prefix list is built once."""
+        self.tree.op += 1
+        head, mid, post = self.renderer.join_parts(question)
         reqs, where = [], []
         for a_i, a in enumerate(a_toks):
             if a is None:
                 continue
+            prefix = None
             for p_i, p in enumerate(p_toks):
-                if p is not None:
-                    reqs.append(self._fit_join(a_i, head, a, mid, p, post))
-                    where.append((a_i, p_i))
-        out = np.full((len(anchors), len(partners)), np.nan)
+                if p is None:
+                    continue
+                pre, suf = self._fit_join(a_i, head, a, mid, p, post)
+                if prefix is not None and len(pre) == len(prefix):
+                    pre = prefix  # the same list for every partner: one tree lookup per anchor
+                prefix = pre
+                reqs.append((pre, suf))
+                where.append((a_i, p_i))
+        out = np.full((len(a_toks), len(p_toks)), np.nan)
         for (a_i, p_i), m in zip(where, self._margins(self._run(reqs))):
             out[a_i, p_i] = m
-        self._stage("join", [question], out.reshape(-1, 1))
         return out
 
     def classify(self, docs, labels, instruction: str = "Which option describes the document best?"):
@@ -260,16 +272,35 @@ class Engine:
         if not reqs:
             return out
         share = self.config.prefix_cache
-        ends, prefix_nodes = [], {}
+        gc_on = gc.isenabled()
+        gc.disable()  # millions of token ints: a full collection mid-call costs seconds
+        try:
+            ends = self._insert(reqs, share)
+            return self._schedule(reqs, ends, share, out, t0)
+        finally:
+            if gc_on:
+                gc.enable()
+
+    def _insert(self, reqs, share: bool) -> list[Node]:
+        """Tree node of each request's end; a prefix list shared by requests is looked up once."""
+        ends: list[Node] = []
+        by_id: dict[int, Node] = {}
+        by_tokens: dict[tuple, Node] = {}
         for i, (prefix, suffix) in enumerate(reqs):
-            if share:
-                key = tuple(prefix)
-                at = prefix_nodes.get(key)
-                if at is None:
-                    at = prefix_nodes[key] = self.tree.insert(prefix)
-                ends.append(self.tree.insert(suffix, at=at) if suffix else at)
-            else:
+            if not share:
                 ends.append(self.tree.insert(prefix + suffix, at=self.tree.root(("solo", i))))
+                continue
+            at = by_id.get(id(prefix))
+            if at is None:
+                key = tuple(prefix)
+                at = by_tokens.get(key)
+                if at is None:
+                    at = by_tokens[key] = self.tree.insert(prefix)
+                by_id[id(prefix)] = at
+            ends.append(self.tree.insert(suffix, at=at) if suffix else at)
+        return ends
+
+    def _schedule(self, reqs, ends, share: bool, out: np.ndarray, t0: float) -> np.ndarray:
         sched = Scheduler(self.tree, ends, self.rt.token_budget, retain=share)
         passes, last_log = 0, t0
         in_flight: deque = deque()  # launched passes whose logits are not read yet

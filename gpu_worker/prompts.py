@@ -1,7 +1,7 @@
 """Prompt layout: documents first, so their KV is reusable.
 
 filter:   <chat pre> DOCUMENT:\\n{doc} | \\n\\n{question}\\nAnswer Yes or No. <chat post>
-join:     <chat pre> DOCUMENT 1:\\n{anchor} | \\n\\n{question}\\nAnswer Yes or No.\\n\\nDOCUMENT 2:\\n
+join:     <chat pre> DOCUMENT:\\n{anchor} | \\n\\n{question}\\nAnswer Yes or No.\\n\\nDOCUMENT 2:\\n
           | {partner} <chat post>          (only partner + chat post are fresh per pair)
 classify: <chat pre> DOCUMENT:\\n{doc} | \\n\\n{instruction}\\nOptions:\\nA. ...\\nAnswer with the letter. <chat post>
 
@@ -100,7 +100,7 @@ class PromptRenderer:
         return head, tail
 
     def join_parts(self, question: str):
-        head = self.pre + self.encode("DOCUMENT 1:\n")
+        head = self.pre + self.encode("DOCUMENT:\n")  # as a filter's: an anchor's KV serves both
         mid = self.encode("\n\n" + question + CUE + "\n\nDOCUMENT 2:\n")
         return head, mid, self.post
 

@@ -10,7 +10,7 @@ def hf_model(engine):
 
     from gpu_worker import weights
 
-    src = weights.resolve(engine.config.model, engine.config.cache_dir, engine.config.seed)
+    src = weights.resolve(engine.config.model, engine.config.cache_dir, engine.config.seed, engine.config.tokenizer)
     if src.folder is not None:
         return AutoModelForCausalLM.from_pretrained(str(src.folder), dtype=torch.float32).eval()
     cfg = {k: v for k, v in src.config.hf_config().items() if k not in ("architectures", "model_type")}

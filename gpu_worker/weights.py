@@ -58,10 +58,15 @@ def smollm2_gguf_path() -> Path:
     return path
 
 
-def resolve(model: str, cache_dir: str | None = None, seed: int = 0) -> ModelSource:
+def resolve(model: str, cache_dir: str | None = None, seed: int = 0, tokenizer: str | None = None) -> ModelSource:
     """Turn a model name or path into a loadable source (converting GGUF once)."""
     if model in RANDOM_SHAPES:
-        tok = resolve("smollm2-135m", cache_dir).tokenizer_folder
+        if tokenizer is not None:
+            tok = Path(tokenizer).expanduser()
+            if not (tok / "tokenizer.json").is_file():
+                raise FileNotFoundError(f"tokenizer folder {tok} has no tokenizer.json")
+        else:
+            tok = resolve("smollm2-135m", cache_dir).tokenizer_folder
         return ModelSource(RANDOM_SHAPES[model], None, tok, random_seed=seed, name=model)
     if model == "smollm2-135m":
         folder = convert_gguf(smollm2_gguf_path(), cache_dir)

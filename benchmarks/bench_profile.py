@@ -1,0 +1,169 @@
+"""Warm-up, attention-backend / budget variants, and a kernel-time profile of the engine."""
+from __future__ import annotations
+
+import logging
+import time
+
+import torch
+
+import bench_workloads as wl
+
+log = logging.getLogger("gpu_bench")
+
+
+def _sync(dev):
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def warm_up(eng, vocab):
+    """Compile every kernel variant once (causal and context attention, both tile sizes)."""
+    head, tail = eng.renderer.filter_parts(wl.QUESTION)
+    _, tail2 = eng.renderer.filter_parts(wl.PARTNER_QUESTION)
+    docs = vocab.docs(8, 64)
+    jh, jm, jp = eng.renderer.join_parts(wl.JOIN_QUESTION)
+    anchor = vocab.doc(200)
+    reqs = [(head + d, tail) for d in docs] + [(head + d, tail2) for d in docs]
+    reqs += [(jh + anchor + jm, p + jp) for p in vocab.docs(32, 6, 10)]
+    reqs += [(head + p, tail2) for p in vocab.docs(32, 6, 10)]  # short prompts, short shared context
+    ops = eng.runner.ops
+    configs = CONFIGS if hasattr(ops, "self_attn") else (None,)
+    saved = _get(ops) if configs[0] else None
+    for cfg in configs:
+        if cfg:
+            _set(ops, cfg)
+        for part in (reqs[:8], reqs):  # without, then with contexts
+            eng._new_tree()
+            eng._run(part)
+            eng._run(part[-40:])  # the same prompts again: only their last token is fresh
+    if saved is not None:
+        _set(ops, saved)
+    eng._new_tree()
+    eng.reset_stats()
+
+
+def _timed(eng, fn, dev):
+    eng._new_tree()
+    eng.reset_stats()
+    _sync(dev)
+    t0 = time.perf_counter()
+    fn()
+    _sync(dev)
+    wall = time.perf_counter() - t0
+    return {"wall_s": round(wall, 4), "fresh_tok_s": round(eng.stats["fresh_tokens"] / wall),
+            "requested_tok_s": round(eng.stats["requested_tokens"] / wall),
+            "passes": eng.stats["forward_passes"]}
+
+
+FIELDS = ("self_attn", "ctx_attn", "fold", "repeat_kv")
+CONFIGS = (("flash", "flash", False, False), ("auto", "flash", False, False), ("auto", "flash", True, False),
+           ("auto", "flash", True, True), ("triton", "flash", True, False))
+
+
+def _get(ops):
+    return tuple(getattr(ops, f) for f in FIELDS)
+
+
+def _set(ops, cfg):
+    for f, x in zip(FIELDS, cfg):
+        setattr(ops, f, x)
+
+
+def variants(eng, vocab, dev, smoke):
+    """Time attention configurations (self_attn, ctx_attn, fold) on FILTER, CHAIN-stage and JOIN slices."""
+    sz = wl.Sizes.smoke() if smoke else wl.Sizes(filter_docs=512, join_anchors=4, join_partners=500)
+    head, tail = eng.renderer.filter_parts(wl.QUESTION)
+    _, tail2 = eng.renderer.filter_parts(wl.CHAIN_QUESTIONS[1])
+    docs = vocab.docs(sz.filter_docs, sz.doc_len)
+    f_reqs = [(head + d, tail) for d in docs]
+    c_reqs = [(head + d, tail2) for d in docs]  # after f_reqs: each document's KV is cached
+    jh, jm, jp = eng.renderer.join_parts(wl.JOIN_QUESTION)
+    anchors, partners = vocab.docs(sz.join_anchors, sz.anchor_len), vocab.docs(sz.join_partners, *sz.partner_len)
+    j_reqs = [(jh + a + jm, p + jp) for a in anchors for p in partners]
+    ops, out = eng.runner.ops, {}
+    if not hasattr(ops, "self_attn"):
+        return out
+    saved = _get(ops)
+
+    def chain_stage():
+        eng._run(f_reqs)
+        _sync(dev)
+        eng.reset_stats()
+        t0 = time.perf_counter()
+        eng._run(c_reqs)
+        _sync(dev)
+        return time.perf_counter() - t0
+
+    for cfg in CONFIGS:
+        _set(ops, cfg)
+        key = "self={},ctx={},fold={},repeat_kv={}".format(*cfg)
+        out["FILTER " + key] = _timed(eng, lambda: eng._run(f_reqs), dev)
+        out["JOIN " + key] = _timed(eng, lambda: eng._run(j_reqs), dev)
+        eng._new_tree()
+        t = chain_stage()
+        out["CHAIN-stage2 " + key] = {"wall_s": round(t, 4), "fresh_tok_s": round(eng.stats["fresh_tokens"] / t)}
+        log.info("variant %s: %s", key, {k.split()[0]: v for k, v in out.items() if key in k})
+    _set(ops, saved)
+    budget = eng.rt.token_budget
+    eng.rt.token_budget = 2 * budget
+    out[f"FILTER default, budget={2 * budget}"] = _timed(eng, lambda: eng._run(f_reqs), dev)
+    out[f"JOIN default, budget={2 * budget}"] = _timed(eng, lambda: eng._run(j_reqs), dev)
+    eng.rt.token_budget = budget
+    log.info("budget %d: %s", 2 * budget, {k: v for k, v in out.items() if "budget" in k})
+    eng._new_tree()
+    return out
+
+
+CATEGORIES = (("attention", ("flash", "varlen_attn", "fmha")), ("gemm", ("gemm", "nvjet", "cutlass", "xmma", "sm90")),
+              ("merge", ("merge_attn",)), ("rmsnorm", ("rmsnorm",)), ("rope+kv store", ("rope",)),
+              ("silu_mul", ("silu",)), ("gather/index", ("index", "gather")), ("copy/cast", ("copy", "cast", "to_copy")))
+
+
+def _category(name: str) -> str:
+    low = name.lower()
+    for cat, keys in CATEGORIES:
+        if any(k in low for k in keys):
+            return cat
+    return "other"
+
+
+def profile(eng, vocab, dev, smoke):
+    """GPU kernel time by category for a FILTER and a JOIN slice; busy fraction of the wall time."""
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+
+    sz = wl.Sizes.smoke() if smoke else wl.Sizes(filter_docs=256)  # JOIN at its full size
+    head, tail = eng.renderer.filter_parts(wl.QUESTION)
+    f_reqs = [(head + d, tail) for d in vocab.docs(sz.filter_docs, sz.doc_len)]
+    jh, jm, jp = eng.renderer.join_parts(wl.JOIN_QUESTION)
+    j_reqs = [(jh + a + jm, p + jp) for a in vocab.docs(sz.join_anchors, sz.anchor_len)
+              for p in vocab.docs(sz.join_partners, *sz.partner_len)]
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
+    report = {}
+    for name, reqs in (("FILTER", f_reqs), ("JOIN", j_reqs)):
+        eng._new_tree()
+        _sync(dev)
+        with torch_profile(activities=acts) as prof:
+            t0 = time.perf_counter()
+            eng._run(reqs)
+            _sync(dev)
+            wall = time.perf_counter() - t0
+        cats: dict[str, float] = {}
+        rows = []
+        for e in prof.key_averages():
+            t = getattr(e, "self_device_time_total", None)
+            if t is None:
+                t = getattr(e, "self_cuda_time_total", 0)
+            if t <= 0 or e.device_type is None or "cuda" not in str(e.device_type).lower():
+                continue
+            cats[_category(e.key)] = cats.get(_category(e.key), 0.0) + t / 1e6
+            rows.append((t / 1e6, e.count, e.key[:200]))
+        rows.sort(reverse=True)
+        busy = sum(cats.values())
+        report[name] = {"wall_s": wall, "gpu_busy_s": busy, "by_category_s": {k: round(v, 4) for k, v in
+                                                                              sorted(cats.items(), key=lambda x: -x[1])},
+                        "top_kernels": [(round(t, 4), c, k) for t, c, k in rows[:15]]}
+        log.info("profile %s: wall %.3f s, GPU busy %.3f s, %s", name, wall, busy, report[name]["by_category_s"])
+        for t, c, k in rows[:15]:
+            log.info("   %8.4f s %6d  %s", t, c, k)
+    eng._new_tree()
+    return report

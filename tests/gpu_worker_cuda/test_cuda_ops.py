@@ -1,0 +1,174 @@
+"""CudaOps: the per-pass attention plan and the device split attention.
+
+On a machine without CUDA the Triton kernels run in Triton's interpreter
+(TRITON_INTERPRET=1, set in conftest.py), so the whole GPU code path except
+torch's flash attention is checked against the plain-torch reference.
+"""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from gpu_worker import Engine, EngineConfig  # noqa: E402
+from gpu_worker.attention import AttnMeta, Group, split_attention_torch  # noqa: E402
+from gpu_worker.cuda_ops import CudaOps, build_plan  # noqa: E402
+
+triton = pytest.importorskip("triton")
+import kernels  # noqa: E402
+
+CUDA = torch.cuda.is_available() and not kernels._util.interpreter_active()
+DEVICE = "cuda" if CUDA else "cpu"
+needs_triton = pytest.mark.skipif(not kernels.triton_available(), reason="needs CUDA or TRITON_INTERPRET=1")
+needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+
+
+def make_meta(seq_lens, groups, device="cpu"):
+    """groups: list of (n_sequences, context slots or None) covering seq_lens in order."""
+    cu = np.concatenate([[0], np.cumsum(seq_lens)]).tolist()
+    out, s = [], 0
+    for n, slots in groups:
+        t = None if slots is None else torch.tensor(slots, dtype=torch.long, device=device)
+        out.append(Group(t, s, s + n, cu[s], cu[s + n]))
+        s += n
+    T = cu[-1]
+    return AttnMeta(cu_seqlens=cu, groups=out, write_slots=torch.full((T,), -1, device=device),
+                    logit_index=torch.zeros(0, dtype=torch.long, device=device), max_seqlen=max(seq_lens))
+
+
+def covered(part, lens):
+    """How often each packed query row is covered by a Triton program block."""
+    seen = np.zeros(sum(lens), dtype=int)
+    offs = np.concatenate([[0], np.cumsum(lens)])
+    for seq, first in part.items.t().tolist():
+        for t in range(first, min(first + part.block_t, lens[seq])):
+            seen[offs[seq] + t] += 1
+    return seen
+
+
+def test_build_plan_split_contexts():
+    # a context-free sequence, then 3 partners of context A (5 slots), then 1 sequence of context B
+    meta = make_meta([7, 3, 2, 4, 5], [(1, None), (3, [9, 8, 7, 6, 5]), (1, [1, 2])])
+    plan = build_plan(meta, "cpu", n_rep=4, fold=False)
+    assert plan.tri.cu_q.tolist() == [0, 7, 10, 12, 16, 21] and plan.tri.max_q == 7
+    assert plan.long is None and plan.fold is None
+    assert plan.ctx_lo == 7 and plan.ctx_rows is None
+    cp = plan.ctx_part
+    assert cp.cu_q.tolist() == [0, 9, 14] and cp.cu_k.tolist() == [0, 5, 7]
+    assert (cp.max_q, cp.max_k) == (9, 5)
+    assert plan.ctx_slots.tolist() == [9, 8, 7, 6, 5, 1, 2]
+    assert (covered(plan.tri, [7, 3, 2, 4, 5]) == 1).all()
+    assert (covered(cp, [9, 5]) == 1).all()
+
+
+def test_build_plan_folds_short_contexts():
+    meta = make_meta([7, 3, 2, 4, 5], [(1, None), (3, [9, 8, 7, 6, 5]), (1, [1, 2])])
+    plan = build_plan(meta, "cpu", n_rep=4)
+    assert plan.ctx_part is None and plan.ctx_slots is None
+    assert plan.fold.tolist() == [[0, 0, 0, 0, 5], [0, 5, 5, 5, 2]]  # (first row, length) per sequence
+    assert plan.fold_slots.tolist() == [9, 8, 7, 6, 5, 1, 2]
+
+
+def test_build_plan_scattered_context_tokens():
+    meta = make_meta([3, 4, 2], [(1, [0, 1]), (1, None), (1, [5, 6, 7])])
+    plan = build_plan(meta, "cpu", n_rep=2, fold=False)
+    assert plan.ctx_rows.tolist() == [0, 1, 2, 7, 8]
+    assert plan.ctx_part.cu_q.tolist() == [0, 3, 5]
+    assert plan.ctx_slots.tolist() == [0, 1, 5, 6, 7]
+
+
+def test_build_plan_long_sequences_go_to_flash():
+    # an anchor chunk (600 tokens, long) and 3 partners of a 200-slot context, one with a 30-slot one
+    meta = make_meta([600, 13, 12, 14, 9], [(1, None), (3, list(range(200))), (1, list(range(30)))])
+    plan = build_plan(meta, "cpu", n_rep=4, self_attn="auto")
+    assert plan.long.cu_q.tolist() == [0, 600] and plan.long_rows.tolist() == list(range(600))
+    assert (covered(plan.tri, [600, 13, 12, 14, 9]) == ([0] * 600 + [1] * 48)).all()
+    assert plan.tri.block_t == 16  # 16 tokens x 4 heads = 64-row tile for short partners
+    assert plan.ctx_part.cu_k.tolist() == [0, 200]  # shared and long: split
+    assert plan.fold.tolist()[1] == [0, 0, 0, 0, 30]  # short: folded
+    all_long = build_plan(meta, "cpu", n_rep=4, self_attn="flash")
+    assert all_long.tri is None and all_long.long_rows is None and all_long.fold is None
+
+
+def test_build_plan_no_context():
+    plan = build_plan(make_meta([300, 120], [(1, None), (1, None)]), "cpu", n_rep=4)
+    assert plan.ctx_part is None and plan.fold is None
+    assert plan.tri.block_t == 32  # 32 tokens x 4 heads = 128-row tile
+    starts = plan.tri.items[1].tolist()
+    assert starts == sorted(starts, reverse=True)  # deepest causal blocks first
+
+
+CASES = [  # (sequence lengths, groups) ; context slots index a 256-slot cache
+    ([5], [(1, None)]),
+    ([7, 3, 2, 4, 5], [(1, None), (3, list(range(10, 31))), (1, [1, 2])]),
+    ([3, 4, 2], [(1, [0, 1, 2, 3]), (1, None), (1, list(range(40, 63)))]),
+    ([1, 1, 2, 6], [(4, list(range(0, 37)))]),
+    ([33, 40], [(1, None), (1, list(range(5, 45)))]),
+    ([520, 13, 9, 11], [(1, None), (2, list(range(0, 150))), (1, list(range(150, 250)))]),
+]
+
+
+@needs_triton
+@pytest.mark.parametrize("case", range(len(CASES)))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("backend,fold", [("triton", True), ("triton", False), ("flash", False), ("auto", True),
+                                          ("flash-repeat", False)])
+def test_split_attention_matches_torch(case, dtype, backend, fold):
+    if backend != "triton" and (not CUDA or dtype == torch.float32):
+        pytest.skip("flash attention needs CUDA and 16-bit inputs")
+    lens, groups = CASES[case]
+    n_q, n_kv, d = 4, 2, 32
+    g = torch.Generator().manual_seed(case)
+    meta = make_meta(lens, groups, DEVICE)
+    T = sum(lens)
+    q, k, v = (torch.randn(T, h, d, generator=g).to(DEVICE, dtype) for h in (n_q, n_kv, n_kv))
+    kc, vc = (torch.randn(256, n_kv, d, generator=g).to(DEVICE, dtype) for _ in range(2))
+    repeat = backend == "flash-repeat"
+    backend = "flash" if repeat else backend
+    ops = CudaOps(use_triton=True, self_attn=backend, ctx_attn="flash" if backend == "auto" else backend, fold=fold,
+                  repeat_kv=repeat)
+    ops.prepare_meta(meta, torch.device(DEVICE))
+    out = ops.attention(q, k, v, kc, vc, meta)
+    ref = split_attention_torch(q.double(), k.double(), v.double(), kc.double(), vc.double(), meta)
+    # float32: Triton's dot on a GPU uses tf32 (10-bit mantissa); bf16: inputs
+    # and the probabilities fed to the second dot are rounded to 8 bits
+    tol = (2e-2 if CUDA else 1e-4) if dtype == torch.float32 else 3e-2
+    torch.testing.assert_close(out.double(), ref, atol=tol, rtol=tol)
+
+
+@needs_triton
+@pytest.mark.parametrize("model", ["tiny-qwen3-random"])
+def test_engine_with_cuda_ops_matches_torch_ops(model):
+    """Filter, chain and join margins through CudaOps equal those through TorchOps."""
+    rng = np.random.default_rng(0)
+    docs = [rng.integers(20, 49000, n).tolist() for n in (40, 23, 57, 9)]
+    ref = Engine(EngineConfig(model=model, device=DEVICE, dtype="float32", use_triton=False, token_budget=96))
+    eng = Engine(EngineConfig(model=model, device=DEVICE, dtype="float32", token_budget=512))
+    if not CUDA:
+        eng.runner.ops = eng.rt.ops = CudaOps(use_triton=True, self_attn="triton", ctx_attn="triton")
+    head, tail = ref.renderer.filter_parts("Is it about fruit?")
+    _, tail2 = ref.renderer.filter_parts("Is it long?")
+    jh, jm, jp = ref.renderer.join_parts("Does 1 mention 2?")
+    reqs = [(head + d, tail) for d in docs] + [(head + d, tail2) for d in docs]
+    reqs += [(jh + docs[0] + jm, p + jp) for p in ([5, 6, 7], [8, 9], [300, 301, 302, 303])]
+    want = ref._margins(ref._run(reqs))
+    got = eng._margins(eng._run(reqs))
+    assert eng.stats["fresh_tokens"] < eng.stats["requested_tokens"]  # contexts were reused
+    np.testing.assert_allclose(got, want, atol=2e-2 if CUDA else 1e-3)
+
+
+@needs_cuda
+def test_bf16_engine_agrees_with_float32():
+    rng = np.random.default_rng(1)
+    docs = [rng.integers(20, 49000, int(n)).tolist() for n in rng.integers(30, 200, 24)]
+    ref = Engine(EngineConfig(model="tiny-qwen3-random", device="cuda", dtype="float32", use_triton=False))
+    eng = Engine(EngineConfig(model="tiny-qwen3-random", device="cuda", dtype="bfloat16"))
+    head, tail = ref.renderer.filter_parts("Is it about fruit?")
+    reqs = [(head + d, tail) for d in docs]
+    want, got = ref._margins(ref._run(reqs)), eng._margins(eng._run(reqs))
+    big = np.abs(want) > 0.1
+    assert (np.sign(want[big]) == np.sign(got[big])).mean() >= 0.95
