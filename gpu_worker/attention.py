@@ -64,6 +64,24 @@ def attend(q, k, v, causal_lens=None):
     return o.view(S, n_q, Tq, d).to(q.dtype), lse.reshape(S, n_q, Tq)
 
 
+_CPU_FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+
+
+def attend_fast(q, k, v, causal: bool):
+    """`attend` through torch's fused CPU flash kernel, which also returns the LSE.
+
+    Shapes as `attend`; causal means each query row i sees keys j <= i (right
+    padding is harmless then: padded rows are dropped by the caller).
+    """
+    if _CPU_FLASH is None or q.device.type != "cpu":
+        return attend(q, k, v, torch.full((q.shape[0],), k.shape[2], device=q.device) if causal else None)
+    rep = q.shape[1] // k.shape[1]
+    if rep > 1:
+        k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+    o, lse = _CPU_FLASH(q, k, v, 0.0, causal)[:2]
+    return o, lse.float()
+
+
 def merge(o_a, lse_a, o_b, lse_b):
     """Merge two partial attention results by log-sum-exp. o: [..., d], lse: [...]."""
     m = torch.maximum(lse_a, lse_b)
@@ -83,13 +101,13 @@ def split_attention_torch(q, k, v, k_cache, v_cache, meta: AttnMeta, merge_fn=me
         L = max(lens)
         # self part: the group's sequences padded to L, causal  [S, heads, L, d]
         qs, ks, vs = (_pad(x, cu, g, L) for x in (q, k, v))
-        o_self, lse_self = attend(qs, ks, vs, torch.tensor(lens, device=q.device))
+        o_self, lse_self = attend_fast(qs, ks, vs, causal=True)
         o_self, lse_self = _unpad(o_self, lens), _unpad(lse_self.unsqueeze(-1), lens).squeeze(-1)
         if g.ctx_slots is not None and g.ctx_slots.numel() > 0:
             kc = k_cache.index_select(0, g.ctx_slots).transpose(0, 1)[None]  # [1, n_kv, C, d]
             vc = v_cache.index_select(0, g.ctx_slots).transpose(0, 1)[None]
             qg = q[g.tok_lo:g.tok_hi].transpose(0, 1)[None]  # [1, n_q, Tg, d]
-            o_ctx, lse_ctx = attend(qg, kc, vc)
+            o_ctx, lse_ctx = attend_fast(qg, kc, vc, causal=False)
             o_ctx, lse_ctx = o_ctx[0].transpose(0, 1), lse_ctx[0].transpose(0, 1)  # [Tg, n_q, d], [Tg, n_q]
             o_self, _ = merge_fn(o_self, lse_self, o_ctx, lse_ctx)
         out[g.tok_lo:g.tok_hi] = o_self
