@@ -79,9 +79,12 @@ class AddColumn:
 
 @dataclass(frozen=True)
 class PipelineSpec:
+    """``limit``: stop after this many output rows (a LIMIT above the pipeline); None: all."""
+
     predicates: tuple = ()
     columns: tuple = ()
     chunk_rows: int = 256
+    limit: int | None = None
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,7 @@ class JoinSpec:
     max_partners: int = 10000
     max_partners_key: str = "quail.join.maxPartnerRows"
     chunk_rows: int = 256
+    limit: int | None = None
 
 
 @dataclass
@@ -121,7 +125,8 @@ class Recorder:
 
 
 class RowError(ValueError):
-    """A row the engine refused, named by its document column and position."""
+    """Input a task cannot run: a row the engine refused (named by its document column
+    and position), or more join partners than the setting allows (named by its key)."""
 
 
 def chunks(batches: Iterable[pa.RecordBatch], rows: int) -> Iterator[pa.Table]:
@@ -145,12 +150,15 @@ def run_pipeline(engine, batches, spec: PipelineSpec, rec: Recorder,
 
     ``where(i)`` describes the i-th row of the partition in error messages.
     """
-    seen = 0  # rows of the partition before this chunk
+    seen, left = 0, spec.limit  # rows of the partition before this chunk; output rows still wanted
     for table in chunks(batches, spec.chunk_rows):
+        if left is not None and left <= 0:
+            return
         n_in = table.num_rows
         before = _counters(engine)
         try:
             keep = _chain(engine, table, spec.predicates, rec, seen, where)
+            keep = keep if left is None else keep[:left]
             if len(keep) < n_in:
                 table = table.take(pa.array(keep, pa.int64()))
             positions = [seen + i for i in keep]
@@ -159,6 +167,7 @@ def run_pipeline(engine, batches, spec: PipelineSpec, rec: Recorder,
         finally:
             rec.engine_delta(before, _counters(engine))
         seen += n_in
+        left = None if left is None else left - table.num_rows
         yield from table.to_batches()
 
 
@@ -171,7 +180,7 @@ def _chain(engine, table, predicates, rec, offset, where) -> list:
         while i + len(group) < len(predicates) and predicates[i + len(group)].doc == group[0].doc:
             group.append(predicates[i + len(group)])
         docs = group[0].doc.texts(table, alive)
-        margins = _call(lambda: engine.chain(docs, [p.question for p in group], short_circuit=True),
+        margins = engine_call(lambda: engine.chain(docs, [p.question for p in group], short_circuit=True),
                         group[0].doc, [offset + r for r in alive], docs, where)
         ok = np.ones(len(alive), dtype=bool)
         for q, p in enumerate(group):
@@ -194,7 +203,7 @@ def _columns(engine, table, columns, rec, positions, where):
             scores.setdefault(c.doc, []).append(c)
     for doc, group in scores.items():  # one call per document: its KV is shared by the questions
         docs = doc.texts(table)
-        margins = _call(lambda: engine.filter(docs, [c.question for c in group]), doc, positions, docs, where)
+        margins = engine_call(lambda: engine.filter(docs, [c.question for c in group]), doc, positions, docs, where)
         for q, c in enumerate(group):
             col = margins[:, q]
             done = ~np.isnan(col)
@@ -205,7 +214,7 @@ def _columns(engine, table, columns, rec, positions, where):
         if c.kind == "classify":
             docs = c.doc.texts(table)
             args = (docs, list(c.labels)) + ((c.question,) if c.question else ())  # else the default
-            idx, _ = _call(lambda: engine.classify(*args), c.doc, positions, docs, where)
+            idx, _ = engine_call(lambda: engine.classify(*args), c.doc, positions, docs, where)
             rec.stage(c.stage, int((idx >= 0).sum()), int((idx >= 0).sum()))
             out[c.name] = pa.array([c.labels[k] if k >= 0 else None for k in idx], pa.string())
         elif c.kind != "score":
@@ -216,27 +225,32 @@ def _columns(engine, table, columns, rec, positions, where):
 def run_join_cross(engine, batches, spec: JoinSpec, rec: Recorder,
                    where: Callable[[int], str] = str) -> Iterator[pa.RecordBatch]:
     """Anchor rows with the partner list attached: emit anchor columns + partner columns per match."""
-    partners, seen = None, 0
+    partners, seen, left = None, 0, spec.limit
     for table in chunks(batches, spec.chunk_rows):
+        if left is not None and left <= 0:
+            return
         if partners is None:  # every row carries the same list: read it once
             partners = pa.Table.from_struct_array(_column(table, spec.partners).chunk(0)[0].values)
             if partners.num_rows > spec.max_partners:
                 raise RowError(
                     f"AI join {spec.stage}: the partner side has more than {spec.max_partners} rows "
                     f"after its filters; every task receives all of them. Raise the limit with the "
-                    f"Spark conf {spec.max_partners_key!r}, or filter the partner side further")
+                    f"setting {spec.max_partners_key!r} (QuailSession(settings=...) or the Spark conf "
+                    f"'spark.{spec.max_partners_key}'), or filter the partner side further")
             partner_docs = spec.partner.texts(partners)
         anchors = table.drop_columns([spec.partners])
         docs = spec.anchor.texts(anchors)
         before = _counters(engine)
         try:
-            m = _call(lambda: engine.join(docs, partner_docs, spec.question), spec.anchor,
+            m = engine_call(lambda: engine.join(docs, partner_docs, spec.question), spec.anchor,
                       range(seen, seen + len(docs)), docs, where)
         finally:
             rec.engine_delta(before, _counters(engine))
         done = ~np.isnan(m)
         rec.stage(spec.stage, done.sum(), (m[done] > 0).sum())
         a_idx, p_idx = np.nonzero(np.nan_to_num(m, nan=-1.0) > 0)
+        if left is not None:
+            a_idx, p_idx, left = a_idx[:left], p_idx[:left], left - min(left, len(a_idx))
         seen += table.num_rows
         yield from _pairs(anchors, a_idx, partners, p_idx).to_batches()
 
@@ -244,8 +258,10 @@ def run_join_cross(engine, batches, spec: JoinSpec, rec: Recorder,
 def run_join_pairs(engine, batches, spec: JoinSpec, rec: Recorder,
                    where: Callable[[int], str] = str) -> Iterator[pa.RecordBatch]:
     """Candidate pairs sorted by anchor: evaluate each anchor once against its partners."""
-    seen = 0
+    seen, left = 0, spec.limit
     for table in chunks(batches, spec.chunk_rows):
+        if left is not None and left <= 0:
+            return
         anchors, partners = spec.anchor.texts(table), spec.partner.texts(table)
         keep = []
         before = _counters(engine)
@@ -255,7 +271,7 @@ def run_join_pairs(engine, batches, spec: JoinSpec, rec: Recorder,
                 end = start + 1
                 while end < len(anchors) and anchors[end] == anchors[start]:
                     end += 1
-                m = _call(lambda: engine.join([anchors[start]], partners[start:end], spec.question)[0],
+                m = engine_call(lambda: engine.join([anchors[start]], partners[start:end], spec.question)[0],
                           spec.anchor, [seen + start], [anchors[start]], where)
                 done = ~np.isnan(m)
                 rec.stage(spec.stage, done.sum(), (m[done] > 0).sum())
@@ -264,6 +280,8 @@ def run_join_pairs(engine, batches, spec: JoinSpec, rec: Recorder,
         finally:
             rec.engine_delta(before, _counters(engine))
         seen += table.num_rows
+        if left is not None:
+            keep, left = keep[:left], left - min(left, len(keep))
         yield from table.take(pa.array(keep, pa.int64())).to_batches()
 
 
@@ -286,13 +304,15 @@ def _counters(engine) -> dict:
     return {k: engine.stats.get(k, 0) for k in ENGINE_COUNTERS}
 
 
-def _call(fn, doc: Doc, positions, docs, where):
-    """Run an engine call; a PromptTooLong names the document column and the row."""
+def engine_call(fn, doc: Doc, positions, docs, where=str):
+    """Run ``fn()``, an engine call over ``docs``; a PromptTooLong is re-raised as a
+    RowError naming the document column and the row (``where(positions[i])``)."""
     try:
         return fn()
     except PromptTooLong as e:
         pos = list(positions)[e.row]
         text = docs[e.row] or ""
         col = ", ".join(doc.names)
-        raise RowError(f"document column {col!r}, {where(pos)} (document starts {text[:60]!r}): "
-                       f"{e}") from e
+        raise RowError(f"document column {col!r}, {where(pos)} (document starts {text[:60]!r}): the "
+                       f"prompt has {e.n_tokens} tokens, the model's context holds {e.limit}; shorten the "
+                       "document or use the engine setting on_overflow='truncate'") from e

@@ -1,0 +1,100 @@
+"""install(): ai_if / ai_filter / ai_score / ai_classify in plain spark.sql and DataFrame
+expressions, checked against prompts scored alone by a driver-side engine."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from spark_fixtures import NOTES, UNCERTAIN, bodies, classify_naive, expected_filter, question, same_rows
+
+import quail_spark
+from quail_spark.functions import ai_classify, ai_if, ai_score
+
+COMPLAINT = "Is {0} a complaint?"
+LONG = "Is {0} longer than five words?"
+LABELS = ("shopping", "pets", "sports")
+
+
+@pytest.fixture(scope="module")
+def installed(spark, tables):
+    return quail_spark.install(spark, model="smollm2-135m", device="cpu")
+
+
+@pytest.mark.parametrize("fn", ["ai_if", "ai_filter"])
+def test_sql_filter_matches_naive(spark, installed, naive, fn):
+    rows = spark.sql(f"SELECT id FROM notes WHERE {fn}('{COMPLAINT}', body)").collect()
+    expected, unsure = expected_filter(naive, [COMPLAINT])
+    same_rows([r.id for r in rows], expected, unsure)
+
+
+def test_sql_score_is_sigmoid_of_margin_and_null_for_null(spark, installed, naive):
+    rows = spark.sql(f"SELECT id, ai_score('{LONG}', body) AS p FROM notes").collect()
+    margins = naive.margins(bodies(), question(LONG))
+    got = {r.id: r.p for r in rows}
+    for nid, body, _, _ in NOTES:
+        if body is None:
+            assert got[nid] is None
+        else:  # same tokens, same margin up to float rounding
+            assert got[nid] == pytest.approx(1 / (1 + np.exp(-margins[body])), abs=1e-3), nid
+
+
+@pytest.mark.parametrize("template", [None, "Which topic fits {0}?"])
+def test_sql_classify_both_signatures(spark, installed, naive, template):
+    labels = ", ".join(f"'{x}'" for x in LABELS)
+    call = (f"ai_classify(body, array({labels}))" if template is None
+            else f"ai_classify('{template}', body, array({labels}))")
+    rows = spark.sql(f"SELECT id, body, {call} AS c FROM notes").collect()
+    ref = classify_naive(naive, bodies(), LABELS, None if template is None else question(template))
+    for r in rows:
+        if r.body is None:
+            assert r.c is None
+        elif ref[r.body][1] >= UNCERTAIN:
+            assert r.c == ref[r.body][0], r.id
+
+
+def test_dataframe_expressions(spark, installed, naive):
+    df = spark.table("notes")
+    out = (df.filter(ai_if(COMPLAINT, "body"))
+           .withColumn("p", ai_score(LONG, "body"))
+           .withColumn("c", ai_classify("body", LABELS)).collect())
+    expected, unsure = expected_filter(naive, [COMPLAINT])
+    same_rows([r.id for r in out], expected, unsure)
+    assert all(0 <= r.p <= 1 and r.c in LABELS for r in out)
+
+
+def test_several_columns_make_one_document(spark, installed, naive):
+    rows = spark.sql("SELECT id FROM notes WHERE ai_if('Does {0} fit the category {1}?', body, kind)").collect()
+    docs = {n[0]: None if n[1] is None else f"input 1: {n[1]}\ninput 2: {n[3]}" for n in NOTES}
+    # a NULL body with a non-NULL kind is still a document ("input 1: " empty)
+    docs[7] = "input 1: \ninput 2: life"
+    m = naive.margins(list(docs.values()), "Does input 1 fit the category input 2?")
+    expected = [i for i, d in docs.items() if m[d] > 0]
+    unsure = [i for i, d in docs.items() if abs(m[d]) < UNCERTAIN]
+    same_rows([r.id for r in rows], expected, unsure)
+
+
+def test_sql_functions_agree_with_quail_session(spark, installed, qs):
+    for sql in (f"SELECT id FROM notes WHERE year >= 2020 AND ai_if('{COMPLAINT}', body)",
+                f"SELECT id, ai_score('{LONG}', body) AS p FROM notes WHERE kind <> 'code'"):
+        plain = sorted(spark.sql(sql).collect())
+        ours = sorted(qs.sql(sql).collect(summary=False))
+        assert [r.id for r in plain] == [r.id for r in ours], sql
+        for a, b in zip(plain, ours):
+            if "p" in a.__fields__:
+                assert (a.p is None and b.p is None) or a.p == pytest.approx(b.p, abs=1e-3), a.id
+
+
+@pytest.mark.parametrize("sql, message", [
+    ("SELECT ai_if('Is {0} recent?', year) FROM notes", "must be a string column"),
+    ("SELECT ai_if('Is {0} like {1}?', body) FROM notes", "expected placeholders"),
+    ("SELECT ai_classify(body, array('only')) FROM notes", "at least 2 labels"),
+])
+def test_sql_function_errors_name_the_argument(spark, installed, sql, message):
+    with pytest.raises(Exception, match=message):
+        spark.sql(sql).collect()
+
+
+def test_sql_function_prompt_too_long_names_the_row(spark, installed):
+    spark.createDataFrame([(1, "fine"), (2, "word " * 9000)], "id int, body string").createOrReplaceTempView("too_long")
+    named = r"document column 'argument 2', row \d+ of partition \d+ .*9\d{3} tokens.*8192"
+    with pytest.raises(Exception, match=named):
+        spark.sql(f"SELECT id FROM too_long WHERE ai_if('{COMPLAINT}', body)").collect()
