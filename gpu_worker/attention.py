@@ -92,18 +92,36 @@ def merge(o_a, lse_a, o_b, lse_b):
     return out.to(o_a.dtype), m + torch.log(tot)
 
 
-def split_attention_torch(q, k, v, k_cache, v_cache, meta: AttnMeta, merge_fn=merge):
-    """Reference split attention. q: [T, n_q, d]; k, v: [T, n_kv, d] -> [T, n_q, d]."""
+FOLD_CTX = 128  # contexts up to this many tokens join the causal call instead of a second call + merge
+
+
+def split_attention_torch(q, k, v, k_cache, v_cache, meta: AttnMeta, merge_fn=merge, fold_ctx: int = FOLD_CTX):
+    """Split attention in plain torch. q: [T, n_q, d]; k, v: [T, n_kv, d] -> [T, n_q, d].
+
+    Per group: the sequences padded to one batch attend causally to
+    themselves; the group's cached context is attended once for all of them
+    and merged by log-sum-exp. A context of at most `fold_ctx` tokens (a chat
+    frame) is cheaper folded in: it is prepended to every sequence's keys and
+    the causal call runs over [context; sequence] with zero query rows for
+    the context positions, which are dropped.
+    """
     out = torch.empty_like(q)
     cu = meta.cu_seqlens
     for g in meta.groups:
         lens = [cu[i + 1] - cu[i] for i in range(g.seq_lo, g.seq_hi)]
         L = max(lens)
-        # self part: the group's sequences padded to L, causal  [S, heads, L, d]
-        qs, ks, vs = (_pad(x, cu, g, L) for x in (q, k, v))
+        qs, ks, vs = (_pad(x, cu, g, L) for x in (q, k, v))  # [S, heads, L, d]
+        C = 0 if g.ctx_slots is None else g.ctx_slots.numel()
+        if 0 < C <= fold_ctx:
+            kc = k_cache.index_select(0, g.ctx_slots).transpose(0, 1)[None].expand(len(lens), -1, -1, -1)
+            vc = v_cache.index_select(0, g.ctx_slots).transpose(0, 1)[None].expand(len(lens), -1, -1, -1)
+            qz = qs.new_zeros(qs.shape[0], qs.shape[1], C, qs.shape[3])
+            o, _ = attend_fast(torch.cat([qz, qs], 2), torch.cat([kc, ks], 2), torch.cat([vc, vs], 2), causal=True)
+            out[g.tok_lo:g.tok_hi] = _unpad(o[:, :, C:], lens)
+            continue
         o_self, lse_self = attend_fast(qs, ks, vs, causal=True)
         o_self, lse_self = _unpad(o_self, lens), _unpad(lse_self.unsqueeze(-1), lens).squeeze(-1)
-        if g.ctx_slots is not None and g.ctx_slots.numel() > 0:
+        if C > 0:
             kc = k_cache.index_select(0, g.ctx_slots).transpose(0, 1)[None]  # [1, n_kv, C, d]
             vc = v_cache.index_select(0, g.ctx_slots).transpose(0, 1)[None]
             qg = q[g.tok_lo:g.tok_hi].transpose(0, 1)[None]  # [1, n_q, Tg, d]
