@@ -161,15 +161,6 @@ class PrefixTree:
             if n.slots is not None:
                 self.evict(n)
 
-    def resident_tokens(self) -> int:
-        total, stack = 0, list(self.roots.values())
-        while stack:
-            n = stack.pop()
-            stack.extend(n.children.values())
-            if n.slots is not None:
-                total += len(n.slots)
-        return total
-
     def trim(self, keep_free: float = 0.25):
         """Evict unpinned leaves, oldest first, until `keep_free` of the pages are free."""
         want = int(self.pool.num_pages * keep_free)

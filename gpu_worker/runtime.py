@@ -10,6 +10,7 @@ import torch
 
 from .config import EngineConfig, ModelConfig
 from .ops import TorchOps
+from .runner import KVCache
 
 log = logging.getLogger("gpu_worker")
 
@@ -53,7 +54,7 @@ class Runtime:
 
     def size_pool(self, mcfg: ModelConfig):
         """KV slots: the configured number, else what free memory allows."""
-        per_slot = 2 * mcfg.num_layers * mcfg.num_kv_heads * mcfg.head_dim * torch.finfo(self.dtype).bits // 8
+        per_slot = KVCache.bytes_per_slot(mcfg, self.dtype)
         if self.config.kv_pool_tokens:
             slots = self.config.kv_pool_tokens
         elif self.device.type == "cuda":

@@ -43,35 +43,22 @@ class Scheduler:
         self.ends = ends
         self.served = [False] * len(ends)
         self.pass_id = 0
-        self.min_fresh = 0
         self.fresh = 0
         self.regret = 0  # tokens this operation computes a second time
-        counted: set[int] = set()
-        resident_ends: set[int] = set()
         for r, node in enumerate(ends):
             node.ends.append(r)
             for n in node.path():
                 n.pending += 1
-                if n.slots is None and id(n) not in counted:
-                    counted.add(id(n))
-                    self.min_fresh += len(n.tokens)
-            if node.slots is not None and id(node) not in resident_ends:
-                resident_ends.add(id(node))
-                self.min_fresh += 1  # its last token is recomputed for the logits
         self.order = self._dfs_order()
         self.cursor = 0
 
     def _dfs_order(self) -> list[int]:
+        """Requests in depth-first order of the tree (each ends at exactly one node)."""
         out: list[int] = []
-        stack = [r for r in self.tree.roots.values()]
-        stack.reverse()
-        seen: set[int] = set()
+        stack = list(self.tree.roots.values())[::-1]
         while stack:
             n = stack.pop()
-            for r in n.ends:
-                if not self.served[r] and r not in seen:
-                    seen.add(r)
-                    out.append(r)
+            out.extend(n.ends)
             stack.extend(n.children[t] for t in sorted(n.children, reverse=True))
         return out
 
