@@ -13,7 +13,6 @@ On an executor with GPUs a task uses the one Spark assigned to it
 """
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
@@ -24,8 +23,6 @@ if TYPE_CHECKING:
     from gpu_worker import partition as part
 
 GPU_DEVICES = ("cuda", "gpu", "auto")
-_ENGINES: dict = {}  # (driver config id, device) -> Engine, one per Python worker
-
 
 # ----------------------------------------------------------------- engines
 
@@ -48,11 +45,6 @@ def engine_conf(model: str = "smollm2-135m", device: str = "cpu", **conf) -> dic
     out = {"model": model, "device": device, **conf}
     EngineConfig(**{**out, "device": "cpu"})  # validates every other field now, on the driver
     return out
-
-
-def conf_id(conf: dict) -> str:
-    """Stable id of an engine configuration, made on the driver."""
-    return json.dumps(conf, sort_keys=True)
 
 
 def task_device(device: str) -> str:
@@ -80,16 +72,11 @@ def _task_gpu() -> str | None:
 
 
 def get_engine(conf: dict):
-    """This worker's engine for ``conf`` (built on first use, then cached)."""
-    device = task_device(conf["device"])
-    key = (conf_id(conf), device)
-    eng = _ENGINES.get(key)
-    if eng is None:
-        from gpu_worker import EngineConfig
-        from gpu_worker import get_engine as build
+    """This worker's engine for ``conf`` on this task's device (gpu_worker caches one per config)."""
+    from gpu_worker import EngineConfig
+    from gpu_worker import get_engine as cached_engine
 
-        eng = _ENGINES[key] = build(EngineConfig(**{**conf, "device": device}))
-    return eng
+    return cached_engine(EngineConfig(**{**conf, "device": task_device(conf["device"])}))
 
 
 # ----------------------------------------------------------------- reports
@@ -129,37 +116,30 @@ def _report(rec: part.Recorder, acc) -> None:
 # ----------------------------------------------------------------- mapInArrow tasks
 
 
-def pipeline_task(conf: dict, spec: part.PipelineSpec, acc, batches) -> Iterator[pa.RecordBatch]:
-    """mapInArrow function: AND chain of ai_if, then score / classify columns."""
+def _task(run_name: str, where: str, conf: dict, spec, acc, batches) -> Iterator[pa.RecordBatch]:
+    """Run one gpu_worker.partition entry point over a task's batches; report its counters."""
     from gpu_worker import partition as part
 
     rec = part.Recorder()
     try:
-        yield from part.run_pipeline(get_engine(conf), batches, spec, rec, _where("position after sorting"))
+        yield from getattr(part, run_name)(get_engine(conf), batches, spec, rec, _where(where))
     finally:
         _report(rec, acc)
+
+
+def pipeline_task(conf: dict, spec: part.PipelineSpec, acc, batches) -> Iterator[pa.RecordBatch]:
+    """mapInArrow function: AND chain of ai_if, then score / classify columns."""
+    return _task("run_pipeline", "position after sorting", conf, spec, acc, batches)
 
 
 def join_cross_task(conf: dict, spec: part.JoinSpec, acc, batches) -> Iterator[pa.RecordBatch]:
     """mapInArrow function: anchors x the attached partner list, matching pairs out."""
-    from gpu_worker import partition as part
-
-    rec = part.Recorder()
-    try:
-        yield from part.run_join_cross(get_engine(conf), batches, spec, rec, _where("anchor position"))
-    finally:
-        _report(rec, acc)
+    return _task("run_join_cross", "anchor position", conf, spec, acc, batches)
 
 
 def join_pairs_task(conf: dict, spec: part.JoinSpec, acc, batches) -> Iterator[pa.RecordBatch]:
     """mapInArrow function: candidate pairs sorted by anchor, matching pairs out."""
-    from gpu_worker import partition as part
-
-    rec = part.Recorder()
-    try:
-        yield from part.run_join_pairs(get_engine(conf), batches, spec, rec, _where("pair position"))
-    finally:
-        _report(rec, acc)
+    return _task("run_join_pairs", "pair position", conf, spec, acc, batches)
 
 
 # ----------------------------------------------------------------- SQL function bodies
