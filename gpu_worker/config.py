@@ -123,11 +123,15 @@ class EngineConfig:
         (+ tokenizer.json), or a path to a .gguf file.
     device: "cpu", "cuda" or "cuda:N".
     dtype: "float32", "bfloat16" or "float16"; default float32 on CPU, bfloat16 on CUDA.
-    token_budget: most new tokens per forward pass (default: 2048 on CPU, 16384 on CUDA).
+    token_budget: most new tokens per forward pass (default: 2048 on CPU, 32768 on CUDA).
     kv_pool_tokens: KV slots; default sized from free memory.
     prefix_cache: share prefixes between prompts (off: every prompt from scratch).
     on_overflow: "error" (name the row) or "truncate" (cut the document, never the question).
     max_prompt_tokens: longest prompt; default the model's context length.
+    quantize: None (projections in `dtype`) or "fp8": projection weights and
+        activations in float8 e4m3 with per-row scales (torch._scaled_mm;
+        Hopper-class GPUs, emulated on CPU). Faster, not exact: margins move
+        (see BENCHMARKS.md for the measured sign agreement).
     """
 
     model: str = "smollm2-135m"
@@ -142,6 +146,7 @@ class EngineConfig:
     cache_dir: str | None = None
     use_triton: bool | None = None  # default: on CUDA when triton imports
     tokenizer: str | None = None  # tokenizer folder for the random presets (default: SmolLM2's)
+    quantize: str | None = None
 
     def __post_init__(self):
         if self.on_overflow not in ON_OVERFLOW:
@@ -150,6 +155,8 @@ class EngineConfig:
             raise ValueError(f"token_budget must be >= 16 tokens, got {self.token_budget}")
         if self.kv_pool_tokens is not None and self.kv_pool_tokens < 16:
             raise ValueError(f"kv_pool_tokens must be >= 16, got {self.kv_pool_tokens}")
+        if self.quantize not in (None, "fp8"):
+            raise ValueError(f"quantize must be None or 'fp8', got {self.quantize!r}")
 
     def replace(self, **kw) -> "EngineConfig":
         return dataclasses.replace(self, **kw)

@@ -42,6 +42,10 @@ FLASH_DTYPES = (torch.bfloat16, torch.float16)
 TRITON_MAX_Q = 512  # "auto": sequences up to this long take the Triton kernel, longer ones flash
 FOLD_CTX = 128  # a context this short is read inside the Triton kernel (no second call, no merge)
 FOLD_CTX_SOLO = 1024  # ... and one this long when a single sequence uses it (nothing to share)
+# launch of kernels.seg_attention (split contexts, long sequences): query rows per program, keys per
+# step, warps, pipeline depth, keys through tensor descriptors (H200: 575 TFLOP/s on the JOIN context,
+# benchmarks/results/attn_probe.json)
+CTX_CONFIG = {"block_m": 128, "block_n": 128, "num_warps": 8, "num_stages": 3, "tma": True}
 
 
 @dataclass
@@ -61,8 +65,9 @@ class AttnPlan:
     """Device metadata of one pass (built by `build_plan`, shared by all layers).
 
     Self part: sequences up to TRITON_MAX_Q tokens ("short") run in the Triton
-    kernel, the rest ("long") in flash attention, compacted by `long_rows`
-    unless every sequence is long. A short context used by short sequences is
+    kernel, the rest ("long") in kernels.seg_attention (causal segments, in
+    place) or in flash attention, compacted by `long_rows` unless every
+    sequence is long. A short context used by short sequences is
     folded into the Triton kernel (`fold`); every other context is split: its
     group's queries attend to it in `ctx_part`, merged by log-sum-exp.
     """
@@ -76,6 +81,10 @@ class AttnPlan:
     ctx_lo: int  # split-context tokens are rows [ctx_lo, T) when ctx_rows is None
     ctx_rows: torch.Tensor | None
     ctx_slots: torch.Tensor | None  # int64 slots of the split contexts, concatenated
+    ctx_seg: torch.Tensor | None = None  # int32 [4, n_groups] segments of the fused context kernel
+    long_seg: torch.Tensor | None = None  # int32 [4, n_long] causal segments of the long sequences ...
+    long_items: torch.Tensor | None = None  # ... and their programs (kernels.seg_attention), when not flash
+    long_bt: int = 0
 
 
 def _blocks(lens: np.ndarray, block_t: int, longest_first: bool, keep=None) -> np.ndarray:
@@ -102,11 +111,15 @@ def _ranges(cu: np.ndarray, idx) -> np.ndarray:
     return np.concatenate([np.arange(cu[i], cu[i + 1]) for i in idx]) if len(idx) else np.zeros(0, np.int64)
 
 
-def build_plan(meta: AttnMeta, device, n_rep: int, self_attn: str = "auto", fold: bool = True) -> AttnPlan:
+def build_plan(meta: AttnMeta, device, n_rep: int, self_attn: str = "auto", fold: bool = True,
+               ctx_block_m: int = 0, long_block_m: int = 0, short_max: int = TRITON_MAX_Q) -> AttnPlan:
     """Index tensors of one pass (one host-to-device copy).
 
     n_rep: query heads per KV head (sets the Triton query block); self_attn:
-    "auto", "triton" or "flash" (which sequences are long, see AttnPlan).
+    "auto", "triton" or "flash" (which sequences are long, see AttnPlan);
+    ctx_block_m / long_block_m: query rows per program of kernels.seg_attention
+    for the split contexts / the long sequences, 0 for flash attention;
+    short_max: longest "short" sequence under "auto".
     """
     on_gpu = torch.device(device).type == "cuda"
     cu = np.asarray(meta.cu_seqlens, dtype=np.int64)
@@ -117,7 +130,7 @@ def build_plan(meta: AttnMeta, device, n_rep: int, self_attn: str = "auto", fold
     elif self_attn == "triton":
         long = np.zeros(n_seq, dtype=bool)
     else:
-        long = lens > TRITON_MAX_Q
+        long = lens > short_max
     arrays: dict[str, np.ndarray] = {"cu": cu}
     fold_rows = np.zeros((2, n_seq), dtype=np.int64)
     fold_groups, split_groups = [], []
@@ -138,18 +151,27 @@ def build_plan(meta: AttnMeta, device, n_rep: int, self_attn: str = "auto", fold
         arrays["items"] = _blocks(lens, tri_bt, longest_first=True, keep=~long).ravel()
         if fold_groups:
             arrays["fold"] = fold_rows.ravel()
+    long_bt = 0
     if long.any():
         long_idx = np.nonzero(long)[0]
-        arrays["long_cu"] = np.concatenate([[0], np.cumsum(lens[long_idx])])
-        if not long.all():
-            arrays["long_rows"] = _ranges(cu, long_idx)
+        if long_block_m:
+            long_bt = max(1, long_block_m // n_rep)
+            ll, lc = lens[long_idx], cu[long_idx]
+            arrays["long_seg"] = np.stack([lc, ll, lc, ll]).ravel()
+            arrays["long_items"] = _blocks(ll, long_bt, longest_first=True).ravel()
+        else:
+            arrays["long_cu"] = np.concatenate([[0], np.cumsum(lens[long_idx])])
+            if not long.all():
+                arrays["long_rows"] = _ranges(cu, long_idx)
     ctx_lo = int(cu[-1])
     if split_groups:
         q_len = np.array([g.tok_hi - g.tok_lo for g in split_groups], dtype=np.int64)
         k_len = np.array([g.ctx_slots.numel() for g in split_groups], dtype=np.int64)
         arrays["ctx_cu_q"] = np.concatenate([[0], np.cumsum(q_len)])
         arrays["ctx_cu_k"] = np.concatenate([[0], np.cumsum(k_len)])
-        ctx_bt = _block_t(int(q_len.max()), n_rep)
+        if ctx_block_m:
+            arrays["ctx_seg"] = np.stack([[g.tok_lo for g in split_groups], q_len, arrays["ctx_cu_k"][:-1], k_len]).ravel()
+        ctx_bt = max(1, ctx_block_m // n_rep) if ctx_block_m else _block_t(int(q_len.max()), n_rep)
         arrays["ctx_items"] = _blocks(q_len, ctx_bt, longest_first=False).ravel()
         contiguous = all(a.tok_hi == b.tok_lo for a, b in zip(split_groups, split_groups[1:]))
         if contiguous and split_groups[-1].tok_hi == cu[-1]:
@@ -171,7 +193,10 @@ def build_plan(meta: AttnMeta, device, n_rep: int, self_attn: str = "auto", fold
         ctx_part = AttnPart(i32("ctx_cu_q"), i32("ctx_cu_k"), int(q_len.max()), int(k_len.max()),
                             i32("ctx_items").view(2, -1), ctx_bt)
     return AttnPlan(tri, long_part, d.get("long_rows"), i32("fold").view(2, -1) if "fold" in d else None,
-                    _cat_slots(fold_groups), ctx_part, ctx_lo, d.get("ctx_rows"), _cat_slots(split_groups))
+                    _cat_slots(fold_groups), ctx_part, ctx_lo, d.get("ctx_rows"), _cat_slots(split_groups),
+                    i32("ctx_seg").view(4, -1) if "ctx_seg" in d else None,
+                    i32("long_seg").view(4, -1) if "long_seg" in d else None,
+                    i32("long_items").view(2, -1) if "long_items" in d else None, long_bt)
 
 
 def _to_device(arrays: dict, device, on_gpu: bool) -> dict:
@@ -344,36 +369,47 @@ class CudaOps:
     """Triton kernels + device split attention; torch fallbacks where a kernel is missing.
 
     self_attn: "auto" (Triton for sequences up to TRITON_MAX_Q tokens, flash for
-    longer ones), "triton" or "flash"; ctx_attn (split contexts): "flash" or
-    "triton"; fold: read short contexts inside the Triton kernel (AttnPlan);
+    longer ones), "triton" or "flash"; ctx_attn (split contexts): "fused"
+    (kernels.seg_attention: grouped queries, merge in its epilogue), "flash"
+    (FA2, then a merge kernel) or "triton" (the varlen kernel, then merge); fold: read short contexts inside the Triton kernel (AttnPlan);
     repeat_kv: flash attention on K/V heads repeated per query head.
     """
 
     name = "cuda"
 
-    def __init__(self, use_triton: bool | None = None, self_attn: str = "auto", ctx_attn: str = "flash",
-                 fold: bool = True, repeat_kv: bool = False):
+    def __init__(self, use_triton: bool | None = None, self_attn: str = "auto", ctx_attn: str = "fused",
+                 fold: bool = True, repeat_kv: bool = False, ctx_config: dict | None = None, long_attn: str = "seg"):
         self.kernels = _load_kernels(use_triton)
         if self.kernels is None:  # no Triton here: flash attention only
             self_attn, ctx_attn, fold = "flash", "flash", False
+        if self.kernels is None:
+            ctx_attn = long_attn = "flash"
         self.self_attn, self.ctx_attn, self.fold, self.repeat_kv = self_attn, ctx_attn, fold, repeat_kv
+        self.long_attn = long_attn
+        self.short_max = TRITON_MAX_Q
+        self.ctx_config = dict(CTX_CONFIG, **(ctx_config or {}))
         self.name = "cuda+triton" if self.kernels is not None else "cuda"
 
-    # elementwise ---------------------------------------------------------------------------
-    def rmsnorm(self, x, weight, eps):
+    # elementwise (quant=True: quantized rows for an FP8 projection, fused into the kernel) ---------
+    def rmsnorm(self, x, weight, eps, quant=False):
         if self.kernels is None:
-            return TorchOps.rmsnorm(x, weight, eps)
-        return self.kernels.rmsnorm(x, weight, eps)
+            return TorchOps.rmsnorm(x, weight, eps, quant)
+        return self.kernels.rmsnorm_fp8(x, weight, eps) if quant else self.kernels.rmsnorm(x, weight, eps)
 
-    def add_rmsnorm(self, x, residual, weight, eps):
+    def add_rmsnorm(self, x, residual, weight, eps, quant=False):
         if self.kernels is None:
-            return TorchOps.add_rmsnorm(x, residual, weight, eps)
+            return TorchOps.add_rmsnorm(x, residual, weight, eps, quant)
+        if quant:
+            return self.kernels.fused_add_rmsnorm_fp8(x, residual, weight, eps)
         return self.kernels.fused_add_rmsnorm(x, residual, weight, eps)
 
-    def silu_and_mul(self, gate_up):
+    def silu_and_mul(self, gate_up, quant=False):
         if self.kernels is None:
-            return TorchOps.silu_and_mul(gate_up)
-        return self.kernels.silu_and_mul(gate_up)
+            return TorchOps.silu_and_mul(gate_up, quant)
+        return self.kernels.silu_and_mul_fp8(gate_up) if quant else self.kernels.silu_and_mul(gate_up)
+
+    def quant_rows(self, x):
+        return TorchOps.quant_rows(x) if self.kernels is None else self.kernels.quant_rows(x)
 
     def qk_norm_rope(self, q, k, v, positions, cos, sin, q_norm_w, k_norm_w, eps, k_cache, v_cache, slots):
         if self.kernels is None:
@@ -395,15 +431,23 @@ class CudaOps:
             return split_attention_torch(q, k, v, k_cache, v_cache, meta, self._merge)
         plan = meta.device_meta.get("plan")
         if plan is None:  # first layer of the pass
-            self_attn = self.self_attn if on_gpu else "triton"  # no flash attention off the GPU
+            # no flash attention off the GPU: long sequences there only through the segment kernel
+            self_attn = self.self_attn if on_gpu or self.long_attn == "seg" else "triton"
             plan = meta.device_meta["plan"] = build_plan(
-                meta, meta.device_meta.get("device", q.device), q.shape[1] // k.shape[1], self_attn, self.fold)
+                meta, meta.device_meta.get("device", q.device), q.shape[1] // k.shape[1], self_attn, self.fold,
+                self.ctx_config["block_m"] if self.ctx_attn == "fused" else 0,
+                self.ctx_config["block_m"] if self.long_attn == "seg" and (self.kernels is not None) else 0,
+                self.short_max)
         out, lse = self._self_part(q, k, v, k_cache, v_cache, plan)
         cp = plan.ctx_part
         if cp is None:
             return out
         kc = k_cache.index_select(0, plan.ctx_slots)  # [C, n_kv, d], once per layer for all groups
         vc = v_cache.index_select(0, plan.ctx_slots)
+        if self.ctx_attn == "fused":  # in place: out/lse of the self part are merged in the epilogue
+            self.kernels.seg_attention(q, kc, vc, plan.ctx_seg, cp.items, cp.block_t, out=out, lse=lse, merge=True,
+                                       **self._launch(on_gpu))
+            return out
         rows = plan.ctx_rows
         qc = q[plan.ctx_lo:] if rows is None else q.index_select(0, rows)
         if self.ctx_attn == "triton" or not on_gpu:
@@ -418,8 +462,25 @@ class CudaOps:
             out.index_copy_(0, rows, merged)
         return out
 
+    def _launch(self, on_gpu: bool) -> dict:
+        if not on_gpu:  # Triton's interpreter: the launcher's defaults
+            return {}
+        c = self.ctx_config
+        return {"block_n": c["block_n"], "num_warps": c["num_warps"], "num_stages": c["num_stages"], "tma": c["tma"]}
+
     def _self_part(self, q, k, v, k_cache, v_cache, plan: AttnPlan):
         """Causal attention of every sequence to itself (+ its folded context): (out, lse [T, n_q])."""
+        if plan.long_seg is not None:  # long sequences in the segment kernel, in place
+            out, lse = torch.empty_like(q), torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)
+            if plan.tri is not None:
+                kf = vf = None
+                if plan.fold is not None:
+                    kf, vf = k_cache.index_select(0, plan.fold_slots), v_cache.index_select(0, plan.fold_slots)
+                triton_varlen_attention(q, k, v, plan.tri, causal=True, out=out, lse=lse, kf=kf, vf=vf,
+                                        fold=plan.fold)
+            self.kernels.seg_attention(q, k, v, plan.long_seg, plan.long_items, plan.long_bt, causal=True,
+                                       out=out, lse=lse, **self._launch(q.device.type == "cuda"))
+            return out, lse
         lp = plan.long
         if lp is not None and plan.long_rows is None:  # every sequence long: one flash call
             return flash_varlen_attention(q, k, v.contiguous(), lp, causal=True, repeat_kv=self.repeat_kv)

@@ -51,6 +51,8 @@ class Engine:
         self.rt = Runtime.create(cfg, src.config)
         model = weights.load_model(src, self.rt.device, self.rt.dtype)
         model.prepare(self.renderer.answers.head_ids, self.rt.max_position, self.rt.device)
+        if cfg.quantize == "fp8":
+            model.quantize_fp8(keep=False)
         self.model = model
         self.rt.size_pool(src.config)
         kv = KVCache(src.config.num_layers, self.rt.kv_slots, src.config.num_kv_heads,
@@ -246,8 +248,7 @@ class Engine:
 
     @staticmethod
     def _read(launched, out: np.ndarray):
-        logits, rows = launched
-        out[rows] = logits.float().cpu().numpy()  # the one wait on the device per pass
+        out[launched.requests] = launched.wait()  # the one wait on the device per pass
 
     def _margins(self, logits: np.ndarray) -> np.ndarray:
         if len(logits) == 0:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from .attention import split_attention_torch
+from .quant import quant_rows
 
 
 def rmsnorm(x, weight, eps):
@@ -28,19 +29,27 @@ def rotate(x, cos, sin):
 class TorchOps:
     name = "torch"
 
+    # quant=True: the result as quantized rows (float8, scales) for an FP8 projection (quant.py)
     @staticmethod
-    def rmsnorm(x, weight, eps):
-        return rmsnorm(x, weight, eps)
+    def rmsnorm(x, weight, eps, quant=False):
+        y = rmsnorm(x, weight, eps).to(x.dtype)
+        return quant_rows(y) if quant else y
 
     @staticmethod
-    def add_rmsnorm(x, residual, weight, eps):
+    def add_rmsnorm(x, residual, weight, eps, quant=False):
         residual = x + residual
-        return rmsnorm(residual, weight, eps), residual
+        y = rmsnorm(residual, weight, eps).to(x.dtype)
+        return (quant_rows(y) if quant else y), residual
 
     @staticmethod
-    def silu_and_mul(gate_up):
+    def silu_and_mul(gate_up, quant=False):
         g, u = gate_up.chunk(2, dim=-1)
-        return torch.nn.functional.silu(g) * u
+        y = torch.nn.functional.silu(g) * u
+        return quant_rows(y) if quant else y
+
+    @staticmethod
+    def quant_rows(x):
+        return quant_rows(x)
 
     @staticmethod
     def qk_norm_rope(q, k, v, positions, cos, sin, q_norm_w, k_norm_w, eps, k_cache, v_cache, slots):

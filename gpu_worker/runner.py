@@ -1,6 +1,7 @@
 """The only owner of the device: weights, KV tensors, per-pass metadata, forward."""
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from .attention import AttnMeta, Group
@@ -71,14 +72,38 @@ class ModelRunner:
             return x
         return x.pin_memory().to(self.device, non_blocking=True)
 
-    def run(self, jobs: list[Job]):
-        """Launch one pass. Returns (answer-row logits [n_out, n_ans] on the device, request ids).
+    def run(self, jobs: list[Job]) -> "Launched":
+        """Launch one pass; its answer-row logits come back through `Launched.wait`.
 
         Nothing here waits for the device: the caller reads the logits later,
-        after it has prepared and launched the next pass.
+        after it has prepared and launched the next pass. On a GPU the logits
+        are copied to pinned host memory behind this pass and an event marks
+        the copy, so reading them waits for this pass only, not for the
+        passes launched after it.
         """
         ids, pos, meta, requests = self.build(jobs)
         if hasattr(self.ops, "prepare_meta"):
             self.ops.prepare_meta(meta, self.device)
         logits = self.model(ids, pos, meta, self.kv, self.ops)
-        return logits, requests
+        if self.device.type != "cuda":
+            return Launched(logits, None, requests)
+        host = torch.empty(logits.shape, dtype=torch.float32, pin_memory=True)
+        host.copy_(logits, non_blocking=True)
+        done = torch.cuda.Event()
+        done.record()
+        return Launched(host, done, requests)
+
+
+class Launched:
+    """A launched pass: its logits (host memory once `done` has fired) and the requests they answer."""
+
+    __slots__ = ("logits", "done", "requests")
+
+    def __init__(self, logits: torch.Tensor, done, requests: list[int]):
+        self.logits, self.done, self.requests = logits, done, requests
+
+    def wait(self) -> np.ndarray:
+        """Logits [n_out, n_ans] float32 as numpy; blocks until this pass has finished."""
+        if self.done is not None:
+            self.done.synchronize()
+        return self.logits.float().numpy()

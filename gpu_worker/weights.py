@@ -153,7 +153,7 @@ def load_model(src: ModelSource, device: torch.device, dtype: torch.dtype):
                          f"model needs, e.g. {missing[:3]}")
     state = {k: v.to(device=device, dtype=dtype) for k, v in state.items() if k in expected}
     model.load_state_dict(state, assign=True, strict=True)
-    return model.eval()
+    return model.eval().requires_grad_(False)
 
 
 def random_model(cls, cfg: ModelConfig, device, dtype, seed: int):
@@ -171,4 +171,4 @@ def random_model(cls, cfg: ModelConfig, device, dtype, seed: int):
             t = torch.randn(p.shape, generator=gen, device=device) / p.shape[-1] ** 0.5
         state[name] = t.to(dtype)
     model.load_state_dict(state, assign=True, strict=True)
-    return model.eval()
+    return model.eval().requires_grad_(False)

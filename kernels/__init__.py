@@ -32,6 +32,8 @@ except ImportError:  # CPU-only install
     _triton = None
 
 if _triton is not None:
+    from kernels.seg_attention import seg_attention, seg_attention_ref
+    from kernels.fp8 import fused_add_rmsnorm_fp8, quant_rows, quant_rows_ref, rmsnorm_fp8, silu_and_mul_fp8
     from kernels.lse_merge import merge_attn, merge_attn_ref
     from kernels.rmsnorm import fused_add_rmsnorm, fused_add_rmsnorm_ref, rmsnorm, rmsnorm_ref
     from kernels.rope import qk_norm_rope, qk_norm_rope_ref
@@ -43,6 +45,8 @@ if _triton is not None:
         "qk_norm_rope", "qk_norm_rope_ref",
         "silu_and_mul", "silu_and_mul_ref",
         "merge_attn", "merge_attn_ref",
+        "seg_attention", "seg_attention_ref",
+        "quant_rows", "quant_rows_ref", "rmsnorm_fp8", "fused_add_rmsnorm_fp8", "silu_and_mul_fp8",
     ]
 else:
     __all__ = ["triton_available"]

@@ -19,15 +19,16 @@ from kernels._util import (
     block_size,
     check_device,
     check_tensor,
+    interpreter_active,
     num_warps_for,
 )
 
 
 @triton.jit
 def _rmsnorm_kernel(
-    x_ptr, res_ptr, w_ptr, y_ptr, new_res_ptr,
+    x_ptr, res_ptr, w_ptr, y_ptr, new_res_ptr, scale_ptr,
     D, stride_x, stride_res, stride_y, stride_new_res, eps,
-    HAS_RESIDUAL: tl.constexpr, BLOCK_D: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr, BLOCK_D: tl.constexpr, QUANT: tl.constexpr,
 ):
     # one program per row t; x: [T, D]
     row = tl.program_id(0).to(tl.int64)
@@ -44,8 +45,15 @@ def _rmsnorm_kernel(
     rstd = 1.0 / tl.sqrt(mean_sq + eps)
     normed = (h * rstd).to(x_ptr.dtype.element_ty).to(tl.float32)
     w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    y = (w * normed).to(y_ptr.dtype.element_ty)
-    tl.store(y_ptr + row * stride_y + cols, y, mask=mask)
+    y = (w * normed).to(x_ptr.dtype.element_ty)
+    if QUANT:  # float8 row with its scale: y ~= q * scale (kernels.fp8)
+        yf = y.to(tl.float32)
+        scale = tl.maximum(tl.max(tl.abs(yf), axis=0), 1e-12) / 448.0
+        q = tl.minimum(tl.maximum(yf / scale, -448.0), 448.0)
+        tl.store(y_ptr + row * stride_y + cols, q.to(y_ptr.dtype.element_ty), mask=mask)
+        tl.store(scale_ptr + row, scale)
+    else:
+        tl.store(y_ptr + row * stride_y + cols, y, mask=mask)
 
 
 def _check(x, residual, weight, eps):
@@ -59,20 +67,24 @@ def _check(x, residual, weight, eps):
     check_device(x=x, residual=residual, weight=weight)
 
 
-def _launch(x, residual, weight, eps):
+def _launch(x, residual, weight, eps, quant=False):
+    """(y, new_residual); quant: y is (float8 rows, float32 scales [T, 1]) instead."""
     T, D = x.shape
-    y = torch.empty((T, D), dtype=x.dtype, device=x.device)
-    new_res = torch.empty_like(y) if residual is not None else y
+    y_dtype = (torch.float32 if interpreter_active() else torch.float8_e4m3fn) if quant else x.dtype  # see fp8.py
+    y = torch.empty((T, D), dtype=y_dtype, device=x.device)
+    scale = torch.empty((T, 1), dtype=torch.float32, device=x.device) if quant else None
+    new_res = torch.empty_like(x) if residual is not None else x
+    out = (y, scale) if quant else y
     if T == 0:
-        return y, new_res
+        return out, new_res
     res = residual if residual is not None else x  # placeholder when absent; never read
     BLOCK_D = block_size(D)
     _rmsnorm_kernel[(T,)](
-        x, res, weight, y, new_res,
+        x, res, weight, y, new_res, scale if quant else x,
         D, x.stride(0), res.stride(0), y.stride(0), new_res.stride(0), float(eps),
-        HAS_RESIDUAL=residual is not None, BLOCK_D=BLOCK_D, num_warps=num_warps_for(BLOCK_D),
+        HAS_RESIDUAL=residual is not None, BLOCK_D=BLOCK_D, QUANT=quant, num_warps=num_warps_for(BLOCK_D),
     )
-    return y, new_res
+    return out, new_res
 
 
 def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

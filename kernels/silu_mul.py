@@ -26,14 +26,19 @@ def _silu_and_mul_kernel(gu_ptr, out_ptr, F, stride_gu, stride_out, BLOCK_F: tl.
     tl.store(out_ptr + t * stride_out + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
-def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
-    """out[T, F] = silu(gate_up[:, :F]) * gate_up[:, F:], in gate_up.dtype."""
+def check_gate_up(gate_up: torch.Tensor) -> tuple[int, int]:
+    """(T, F) of a [T, 2F] gate/up projection; ValueError naming what is wrong."""
     check_tensor("gate_up", gate_up, ndim=2, dtypes=FLOAT_DTYPES)
     T, two_f = gate_up.shape
     if two_f % 2:
         raise ValueError(f"gate_up: expected an even number of columns [T, 2F], got {two_f}")
     check_device(gate_up=gate_up)
-    F = two_f // 2
+    return T, two_f // 2
+
+
+def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """out[T, F] = silu(gate_up[:, :F]) * gate_up[:, F:], in gate_up.dtype."""
+    T, F = check_gate_up(gate_up)
     out = torch.empty((T, F), dtype=gate_up.dtype, device=gate_up.device)
     if T == 0 or F == 0:
         return out

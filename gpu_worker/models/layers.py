@@ -11,6 +11,14 @@ import torch
 from torch import nn
 
 from ..config import ModelConfig
+from ..quant import fp8_linear, quantize_weight
+
+
+def project(x, weight, fp8_weight, dtype):
+    """x @ weight.t(); with an FP8 weight, x is quantized rows (q, scale) (gpu_worker/quant.py)."""
+    if fp8_weight is None:
+        return x @ weight.t()
+    return fp8_linear(x, fp8_weight, dtype)
 
 
 class RMSNorm(nn.Module):
@@ -36,15 +44,18 @@ class Attention(nn.Module):
             self.q_norm = self.k_norm = None
         self.eps = cfg.rms_eps
         self.qkv_weight: torch.Tensor | None = None
+        self.qkv_fp8 = self.o_fp8 = None  # (float8 weight, scales) after DecoderLM.quantize_fp8
 
     def fuse(self):
         """One [q; k; v] projection instead of three (after weights are loaded)."""
         self.qkv_weight = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight]).contiguous()
         del self.q_proj, self.k_proj, self.v_proj
 
-    def forward(self, x, positions, rope, meta, kv, layer: int, ops):
-        T = x.shape[0]
-        qkv = x @ self.qkv_weight.t()  # [T, (n_q + 2 n_kv) * d]
+    def forward(self, x, positions, rope, meta, kv, layer: int, ops, fp8: bool = False):
+        """x: [T, hidden], or its quantized rows (q, scale) when fp8."""
+        T = x[0].shape[0] if fp8 else x.shape[0]
+        dtype = self.o_proj.weight.dtype
+        qkv = project(x, self.qkv_weight, self.qkv_fp8 if fp8 else None, dtype)  # [T, (n_q + 2 n_kv) * d]
         hd = self.head_dim
         q, k, v = qkv.split([self.n_q * hd, self.n_kv * hd, self.n_kv * hd], dim=-1)
         q = q.view(T, self.n_q, hd)  # q: [T, n_q, d]
@@ -55,8 +66,10 @@ class Attention(nn.Module):
         k_cache, v_cache = kv.layer(layer) if kv is not None else (None, None)
         q, k = ops.qk_norm_rope(q, k, v, positions, rope[0], rope[1], qn, kn, self.eps,
                                 k_cache, v_cache, meta.write_slots)
-        o = ops.attention(q, k, v, k_cache, v_cache, meta)  # [T, n_q, d]
-        return o.reshape(T, self.n_q * hd) @ self.o_proj.weight.t()
+        o = ops.attention(q, k, v, k_cache, v_cache, meta).reshape(T, self.n_q * hd)  # [T, n_q * d]
+        if fp8:
+            return project(ops.quant_rows(o), None, self.o_fp8, dtype)
+        return o @ self.o_proj.weight.t()
 
 
 class MLP(nn.Module):
@@ -66,12 +79,17 @@ class MLP(nn.Module):
         self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
         self.gate_up_weight: torch.Tensor | None = None
+        self.gate_up_fp8 = self.down_fp8 = None
 
     def fuse(self):
         self.gate_up_weight = torch.cat([self.gate_proj.weight, self.up_proj.weight]).contiguous()
         del self.gate_proj, self.up_proj
 
-    def forward(self, x, ops):
+    def forward(self, x, ops, fp8: bool = False):
+        if fp8:
+            dtype = self.down_proj.weight.dtype
+            gate_up = project(x, None, self.gate_up_fp8, dtype)
+            return project(ops.silu_and_mul(gate_up, quant=True), None, self.down_fp8, dtype)
         return ops.silu_and_mul(x @ self.gate_up_weight.t()) @ self.down_proj.weight.t()
 
 
@@ -104,6 +122,7 @@ class DecoderLM(nn.Module):
             self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         self.head_rows: torch.Tensor | None = None
         self.rope: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.fp8 = False  # projections in float8 (quantize_fp8)
 
     def head_weight(self) -> torch.Tensor:
         return self.model.embed_tokens.weight if self.cfg.tie_embeddings else self.lm_head.weight
@@ -119,19 +138,35 @@ class DecoderLM(nn.Module):
             del self.lm_head
         self.rope = rope_table(self.cfg.head_dim, self.cfg.rope_theta, max_position, device)
 
+    @torch.no_grad()
+    def quantize_fp8(self, keep: bool = False):
+        """Projection weights to float8 e4m3 with per-output-row scales; the forward then runs them
+        through torch._scaled_mm on quantized activation rows. keep: also keep the original weights
+        (`self.fp8` switches between the two)."""
+        for layer in self.model.layers:
+            at, mlp = layer.self_attn, layer.mlp
+            at.qkv_fp8, at.o_fp8 = quantize_weight(at.qkv_weight), quantize_weight(at.o_proj.weight)
+            mlp.gate_up_fp8, mlp.down_fp8 = quantize_weight(mlp.gate_up_weight), quantize_weight(mlp.down_proj.weight)
+            if not keep:  # only the dtype is read from these from now on
+                at.qkv_weight = mlp.gate_up_weight = None
+                at.o_proj.weight = nn.Parameter(at.o_proj.weight.new_empty(0), requires_grad=False)
+                mlp.down_proj.weight = nn.Parameter(mlp.down_proj.weight.new_empty(0), requires_grad=False)
+        self.fp8 = True
+
     @torch.inference_mode()
     def forward(self, input_ids, positions, meta, kv, ops):
         """Answer-row logits at `meta.logit_index`: [n_out, n_answer_ids] float32."""
         h = self.model.embed_tokens(input_ids)  # [T, hidden]
         layers = self.model.layers
-        x, residual = ops.rmsnorm(h, layers[0].input_layernorm.weight, self.cfg.rms_eps), h
+        q8 = self.fp8
+        x, residual = ops.rmsnorm(h, layers[0].input_layernorm.weight, self.cfg.rms_eps, quant=q8), h
         for i, layer in enumerate(layers):
-            a = layer.self_attn(x, positions, self.rope, meta, kv, i, ops)
-            x, residual = ops.add_rmsnorm(a, residual, layer.post_attention_layernorm.weight, layer.eps)
-            m = layer.mlp(x, ops)
+            a = layer.self_attn(x, positions, self.rope, meta, kv, i, ops, q8)
+            x, residual = ops.add_rmsnorm(a, residual, layer.post_attention_layernorm.weight, layer.eps, quant=q8)
+            m = layer.mlp(x, ops, q8)
             nxt = layers[i + 1].input_layernorm.weight if i + 1 < len(layers) else None
             if nxt is not None:
-                x, residual = ops.add_rmsnorm(m, residual, nxt, layer.eps)
+                x, residual = ops.add_rmsnorm(m, residual, nxt, layer.eps, quant=q8)
             else:
                 residual = m + residual
         last = residual.index_select(0, meta.logit_index)  # [n_out, hidden]

@@ -112,13 +112,27 @@ CASES = [  # (sequence lengths, groups) ; context slots index a 256-slot cache
 ]
 
 
+ATTN_CONFIGS = {  # name: (self_attn, ctx_attn, long_attn, fold, repeat_kv)
+    "triton-fold": ("triton", "triton", "flash", True, False),
+    "triton": ("triton", "triton", "flash", False, False),
+    "fused-fold": ("triton", "fused", "flash", True, False),
+    "fused": ("triton", "fused", "flash", False, False),
+    "auto-seg": ("auto", "fused", "seg", True, False),  # the default: sequences over 512 in the segment kernel
+    "all-seg": ("flash", "fused", "seg", False, False),  # every sequence "long": all in the segment kernel
+    "flash": ("flash", "flash", "flash", False, False),
+    "auto-flash": ("auto", "flash", "flash", True, False),
+    "flash-repeat": ("flash", "flash", "flash", False, True),
+}
+
+
 @needs_triton
 @pytest.mark.parametrize("case", range(len(CASES)))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("backend,fold", [("triton", True), ("triton", False), ("flash", False), ("auto", True),
-                                          ("flash-repeat", False)])
-def test_split_attention_matches_torch(case, dtype, backend, fold):
-    if backend != "triton" and (not CUDA or dtype == torch.float32):
+@pytest.mark.parametrize("config", list(ATTN_CONFIGS))
+def test_split_attention_matches_torch(case, dtype, config):
+    self_attn, ctx_attn, long_attn, fold, repeat = ATTN_CONFIGS[config]
+    flash = ctx_attn == "flash" or (long_attn == "flash" and self_attn != "triton")
+    if flash and (not CUDA or dtype == torch.float32):
         pytest.skip("flash attention needs CUDA and 16-bit inputs")
     lens, groups = CASES[case]
     n_q, n_kv, d = 4, 2, 32
@@ -127,9 +141,7 @@ def test_split_attention_matches_torch(case, dtype, backend, fold):
     T = sum(lens)
     q, k, v = (torch.randn(T, h, d, generator=g).to(DEVICE, dtype) for h in (n_q, n_kv, n_kv))
     kc, vc = (torch.randn(256, n_kv, d, generator=g).to(DEVICE, dtype) for _ in range(2))
-    repeat = backend == "flash-repeat"
-    backend = "flash" if repeat else backend
-    ops = CudaOps(use_triton=True, self_attn=backend, ctx_attn="flash" if backend == "auto" else backend, fold=fold,
+    ops = CudaOps(use_triton=True, self_attn=self_attn, ctx_attn=ctx_attn, long_attn=long_attn, fold=fold,
                   repeat_kv=repeat)
     ops.prepare_meta(meta, torch.device(DEVICE))
     out = ops.attention(q, k, v, kc, vc, meta)
@@ -141,15 +153,16 @@ def test_split_attention_matches_torch(case, dtype, backend, fold):
 
 
 @needs_triton
-@pytest.mark.parametrize("model", ["tiny-qwen3-random"])
-def test_engine_with_cuda_ops_matches_torch_ops(model):
+@pytest.mark.parametrize("ctx_attn", ["triton", "fused"])
+def test_engine_with_cuda_ops_matches_torch_ops(ctx_attn):
+    model = "tiny-qwen3-random"
     """Filter, chain and join margins through CudaOps equal those through TorchOps."""
     rng = np.random.default_rng(0)
     docs = [rng.integers(20, 49000, n).tolist() for n in (40, 23, 57, 9)]
     ref = Engine(EngineConfig(model=model, device=DEVICE, dtype="float32", use_triton=False, token_budget=96))
     eng = Engine(EngineConfig(model=model, device=DEVICE, dtype="float32", token_budget=512))
     if not CUDA:
-        eng.runner.ops = eng.rt.ops = CudaOps(use_triton=True, self_attn="triton", ctx_attn="triton")
+        eng.runner.ops = eng.rt.ops = CudaOps(use_triton=True, self_attn="triton", ctx_attn=ctx_attn)
     head, tail = ref.renderer.filter_parts("Is it about fruit?")
     _, tail2 = ref.renderer.filter_parts("Is it long?")
     jh, jm, jp = ref.renderer.join_parts("Does 1 mention 2?")
@@ -172,3 +185,19 @@ def test_bf16_engine_agrees_with_float32():
     want, got = ref._margins(ref._run(reqs)), eng._margins(eng._run(reqs))
     big = np.abs(want) > 0.1
     assert (np.sign(want[big]) == np.sign(got[big])).mean() >= 0.95
+
+
+@needs_triton
+def test_fp8_engine_with_cuda_ops_matches_torch_ops():
+    """quantize="fp8": the fused quantizing kernels give the torch path's margins."""
+    rng = np.random.default_rng(2)
+    docs = [rng.integers(20, 49000, n).tolist() for n in (40, 23, 57, 9)]
+    ref = Engine(EngineConfig(model="tiny-qwen3-random", device=DEVICE, dtype="float32", use_triton=False,
+                              quantize="fp8"))
+    eng = Engine(EngineConfig(model="tiny-qwen3-random", device=DEVICE, dtype="float32", quantize="fp8"))
+    if not CUDA:
+        eng.runner.ops = eng.rt.ops = CudaOps(use_triton=True, self_attn="triton", ctx_attn="fused")
+    head, tail = ref.renderer.filter_parts("Is it about fruit?")
+    jh, jm, jp = ref.renderer.join_parts("Does 1 mention 2?")
+    reqs = [(head + d, tail) for d in docs] + [(jh + docs[0] + jm, p + jp) for p in ([5, 6, 7], [8, 9])]
+    np.testing.assert_allclose(eng._margins(eng._run(reqs)), ref._margins(ref._run(reqs)), atol=2e-2 if CUDA else 1e-3)

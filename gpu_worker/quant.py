@@ -1,0 +1,34 @@
+"""FP8 (e4m3) projections in plain torch: weight and row quantization, the scaled GEMM.
+
+A row x is kept as q = clamp(x / s, -448, 448) in float8_e4m3fn with one
+float32 scale s = max|x| / 448 per row (per token for activations, per output
+channel for weights), so x ~= q * s. A projection is
+`torch._scaled_mm(q_x, q_w.t(), scale_a=s_x [T, 1], scale_b=s_w [1, N])`:
+Hopper's FP8 tensor cores at about twice the bf16 rate. This is the truth the
+Triton kernels of kernels/fp8.py are tested against, and the CPU path.
+"""
+from __future__ import annotations
+
+import torch
+
+FP8 = torch.float8_e4m3fn
+FP8_MAX = 448.0
+
+
+def quant_rows(x: torch.Tensor):
+    """x [T, K] -> (q float8_e4m3fn [T, K], scale float32 [T, 1]) with x ~= q * scale."""
+    xf = x.float()
+    s = xf.abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / FP8_MAX
+    return (xf / s).clamp(-FP8_MAX, FP8_MAX).to(FP8), s
+
+
+def quantize_weight(w: torch.Tensor):
+    """[N, K] weight -> (q float8 [N, K], scale float32 [1, N]): one scale per output row."""
+    q, s = quant_rows(w)
+    return q, s.t().contiguous()
+
+
+def fp8_linear(xq, wq, out_dtype: torch.dtype) -> torch.Tensor:
+    """Quantized rows (q, scale) times a quantized weight (q, scale [1, N]), transposed: [T, N]."""
+    (q, s), (w8, ws) = xq, wq
+    return torch._scaled_mm(q, w8.t(), scale_a=s, scale_b=ws, out_dtype=out_dtype)
