@@ -26,6 +26,7 @@ def warm_up(eng, vocab):
     reqs = [(head + d, tail) for d in docs] + [(head + d, tail2) for d in docs]
     reqs += [(jh + anchor + jm, p + jp) for p in vocab.docs(32, 6, 10)]
     reqs += [(head + p, tail2) for p in vocab.docs(32, 6, 10)]  # short prompts, short shared context
+    reqs += [(head + d, tail) for d in vocab.docs(2, 700)]  # long sequences (causal segment kernel)
     ops = eng.runner.ops
     configs = CONFIGS if hasattr(ops, "self_attn") else (None,)
     saved = _get(ops) if configs[0] else None
@@ -55,9 +56,9 @@ def _timed(eng, fn, dev):
             "passes": eng.stats["forward_passes"]}
 
 
-FIELDS = ("self_attn", "ctx_attn", "fold", "repeat_kv")
-CONFIGS = (("flash", "flash", False, False), ("auto", "flash", False, False), ("auto", "flash", True, False),
-           ("auto", "flash", True, True), ("triton", "flash", True, False))
+FIELDS = ("self_attn", "ctx_attn", "fold", "repeat_kv", "short_max")
+CONFIGS = (("auto", "fused", True, False, 512), ("auto", "flash", True, False, 512),
+           ("auto", "fused", True, False, 64), ("auto", "fused", True, False, 0), ("auto", "fused", True, False, 128))
 
 
 def _get(ops):
@@ -96,7 +97,7 @@ def variants(eng, vocab, dev, smoke):
 
     for cfg in CONFIGS:
         _set(ops, cfg)
-        key = "self={},ctx={},fold={},repeat_kv={}".format(*cfg)
+        key = "self={},ctx={},fold={},repeat_kv={},short_max={}".format(*cfg)
         out["FILTER " + key] = _timed(eng, lambda: eng._run(f_reqs), dev)
         out["JOIN " + key] = _timed(eng, lambda: eng._run(j_reqs), dev)
         eng._new_tree()
@@ -114,7 +115,7 @@ def variants(eng, vocab, dev, smoke):
     return out
 
 
-CATEGORIES = (("attention", ("flash", "varlen_attn", "fmha")), ("gemm", ("gemm", "nvjet", "cutlass", "xmma", "sm90")),
+CATEGORIES = (("attention", ("flash", "varlen_attn", "fmha", "ctx_attn", "cudnn")), ("gemm", ("gemm", "nvjet", "cutlass", "xmma", "sm90")),
               ("merge", ("merge_attn",)), ("rmsnorm", ("rmsnorm",)), ("rope+kv store", ("rope",)),
               ("silu_mul", ("silu",)), ("gather/index", ("index", "gather")), ("copy/cast", ("copy", "cast", "to_copy")))
 
@@ -127,7 +128,62 @@ def _category(name: str) -> str:
     return "other"
 
 
-def profile(eng, vocab, dev, smoke):
+def timeline(eng, vocab, dev, smoke):
+    """Per forward pass of a full-size JOIN: GPU time (events around the pass's launches), the GPU's idle
+    gap before it, host time to plan + launch it, and the host's wait for results."""
+    sz = wl.Sizes.smoke() if smoke else wl.Sizes()
+    jh, jm, jp = eng.renderer.join_parts(wl.JOIN_QUESTION)
+    partners = vocab.docs(sz.join_partners, *sz.partner_len)
+    j_reqs = [(jh + a + jm, p + jp) for a in vocab.docs(sz.join_anchors, sz.anchor_len) for p in partners]
+    if dev.type != "cuda":
+        return {}
+    run, read = eng.runner.run, eng._read
+    passes, waits = [], [0.0]
+
+    def timed_run(jobs):
+        h0 = time.perf_counter()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        r = run(jobs)
+        b.record()
+        passes.append({"events": (a, b), "tokens": sum(j.num_tokens for j in jobs),
+                       "launch_ms": (time.perf_counter() - h0) * 1e3})
+        return r
+
+    def timed_read(launched, out):
+        h0 = time.perf_counter()
+        read(launched, out)
+        waits[0] += time.perf_counter() - h0
+
+    eng._new_tree()
+    _sync(dev)
+    eng.runner.run, eng._read = timed_run, timed_read
+    try:
+        t0 = time.perf_counter()
+        eng._run(j_reqs)
+        _sync(dev)
+        wall = time.perf_counter() - t0
+    finally:
+        eng.runner.run, eng._read = run, read
+    rows, prev = [], None
+    for p in passes:
+        a, b = p.pop("events")
+        p["gpu_ms"] = a.elapsed_time(b)
+        p["gap_ms"] = prev.elapsed_time(a) if prev is not None else 0.0
+        prev = b
+        rows.append({k: round(v, 2) if isinstance(v, float) else v for k, v in p.items()})
+    rep = {"wall_s": round(wall, 4), "passes": len(rows), "gpu_s": round(sum(r["gpu_ms"] for r in rows) / 1e3, 4),
+           "gaps_s": round(sum(r["gap_ms"] for r in rows) / 1e3, 4),
+           "launch_s": round(sum(r["launch_ms"] for r in rows) / 1e3, 4), "host_wait_s": round(waits[0], 4),
+           "per_pass": rows}
+    log.info("timeline JOIN: %s", {k: v for k, v in rep.items() if k != "per_pass"})
+    for r in rows:
+        log.info("   %s", r)
+    eng._new_tree()
+    return rep
+
+
+def profile(eng, vocab, dev, smoke, trace_dir=None):
     """GPU kernel time by category for a FILTER and a JOIN slice; busy fraction of the wall time."""
     from torch.profiler import ProfilerActivity, profile as torch_profile
 
@@ -159,6 +215,15 @@ def profile(eng, vocab, dev, smoke):
             rows.append((t / 1e6, e.count, e.key[:200]))
         rows.sort(reverse=True)
         busy = sum(cats.values())
+        if trace_dir is not None and name == "JOIN":
+            import gzip
+            import os
+            import tempfile
+
+            with tempfile.TemporaryDirectory() as tmp:
+                prof.export_chrome_trace(os.path.join(tmp, "t.json"))
+                with open(os.path.join(tmp, "t.json"), "rb") as f, gzip.open(trace_dir / "join_trace.json.gz", "wb") as g:
+                    g.write(f.read())
         report[name] = {"wall_s": wall, "gpu_busy_s": busy, "by_category_s": {k: round(v, 4) for k, v in
                                                                               sorted(cats.items(), key=lambda x: -x[1])},
                         "top_kernels": [(round(t, 4), c, k) for t, c, k in rows[:15]]}

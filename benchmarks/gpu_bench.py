@@ -170,13 +170,13 @@ def summarize(name, prompts, run, st, pairs, peak, eng, rate, hf, sizes_note):
     if hf is not None:
         r["hf"] = hf
         r["speedup_vs_hf"] = hf["est_s"] / wall
-    r["target"] = TARGETS[name]
+    r["target"] = TARGETS[name.removesuffix(" fp8")]
     r["met"] = target_met(r)
     return r
 
 
 def target_met(r):
-    name, x = r["workload"], r.get("speedup_vs_hf", float("nan"))
+    name, x = r["workload"].removesuffix(" fp8"), r.get("speedup_vs_hf", float("nan"))
     if name == "FILTER":
         return r["pct_sol"] >= 75 and x >= 1.5
     if name == "CHAIN":
@@ -203,6 +203,10 @@ def main(argv=None):
     ap.add_argument("--hf-tokens", type=int, default=200_000, help="most tokens per workload through transformers")
     ap.add_argument("--variants", action="store_true", help="also time attention backends and budgets")
     ap.add_argument("--profile", action="store_true", help="torch.profiler of a FILTER and a JOIN pass set")
+    ap.add_argument("--timeline", action="store_true", help="per-pass GPU time and idle gaps of a JOIN")
+    ap.add_argument("--ctx-attn", default=None, help="attention over shared contexts: fused, flash or triton")
+    ap.add_argument("--fp8", default="", help="comma-separated workloads to run again with quantize='fp8' "
+                    "(FP8 projections), after an FP8 accuracy check; transformers' bf16 time is reused")
     ap.add_argument("--skip-accuracy", action="store_true")
     ap.add_argument("--repeat-kv", action="store_true", help="flash attention on repeated K/V heads")
     ap.add_argument("--tokenizer", default=None)
@@ -236,8 +240,11 @@ def main(argv=None):
     bench_profile.warm_up(eng, vocab)
     hf = bench_hf.hf_model(eng) if args.workloads else None
     head_rows = eng.model.head_rows
+    if args.ctx_attn:
+        eng.runner.ops.ctx_attn = args.ctx_attn
     for flag, key, fn in ((args.variants, "variants", bench_profile.variants),
-                          (args.profile, "profile", bench_profile.profile)):
+                          (args.profile, "profile", lambda *a: bench_profile.profile(*a, trace_dir=out)),
+                          (args.timeline, "timeline", bench_profile.timeline)):
         if flag:
             try:
                 res[key] = fn(eng, vocab, dev, args.smoke)
@@ -271,6 +278,29 @@ def main(argv=None):
         res["workloads"].append(r)
         log.info("%s: %s", name, {k: v for k, v in r.items() if k not in ("sizes", "hf")})
         gc.collect()
+    fp8 = [n for n in args.fp8.split(",") if n]
+    if fp8:
+        before = torch.cuda.memory_allocated(dev) if dev.type == "cuda" else 0
+        eng.model.quantize_fp8(keep=True)
+        if dev.type == "cuda":
+            res["fp8_weights_gib"] = (torch.cuda.memory_allocated(dev) - before) / 2**30
+            log.info("fp8 weights: +%.2f GiB (bf16 weights kept beside them)", res["fp8_weights_gib"])
+        if not args.skip_accuracy:
+            eng._new_tree()
+            res["accuracy_fp8"] = sign_report(want, eng._margins(eng._run(reqs)))
+            log.info("fp8 vs float32: %s", res["accuracy_fp8"])
+        hf_by_name = {r["workload"]: r.get("hf") for r in res["workloads"]}
+        for i, name in enumerate(fp8):
+            run, st, pairs, peak = run_workload(eng, name, wl.Vocab(eng.tokenizer, 200 + i), sizes, dev)
+            prompts = run.prompts
+            r = summarize(name, prompts, run, st, pairs, peak, eng, res["matmul_tflops_start"],
+                          hf_by_name.get(name), sizes.__dict__)
+            r["workload"], r["quantize"] = name + " fp8", "fp8"
+            del prompts
+            res["workloads"].append(r)
+            log.info("%s fp8: %s", name, {k: v for k, v in r.items() if k not in ("sizes", "hf")})
+            gc.collect()
+        eng.model.fp8 = False
     res["matmul_tflops_end"] = matmul_rate(dev)
     res["total_s"] = time.time() - t_start
     (out / "gpu_h200.json").write_text(json.dumps(res, indent=1, default=str))
@@ -283,6 +313,8 @@ def print_table(res):
           f"budget {res['token_budget']}; total {res['total_s']:.0f} s")
     if "accuracy" in res:
         print("bf16 vs float32:", json.dumps(res["accuracy"]))
+    if "accuracy_fp8" in res:
+        print("fp8 vs float32:", json.dumps(res["accuracy_fp8"]))
     if "hf_vs_engine_bf16" in res:
         print("transformers bf16 vs engine bf16:", json.dumps(res["hf_vs_engine_bf16"]))
     hdr = (f"{'workload':12} {'prompts':>7} {'wall s':>7} {'prep s':>6} {'req tok/s':>11} {'fresh tok/s':>11} {'%SoL':>5} "
