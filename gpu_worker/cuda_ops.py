@@ -259,7 +259,7 @@ if triton is not None:
         kf_ptr, vf_ptr, fold_ptr, n_seq,
         n_items, s_qt, s_qh, s_kt, s_kh, s_vt, s_vh, s_ot, s_oh, s_lt, s_lh,
         s_kft, s_kfh, s_vft, s_vfh, qk_scale,
-        REP: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
+        REP: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
         CAUSAL: tl.constexpr, HAS_FOLD: tl.constexpr, UPCAST: tl.constexpr,
     ):
         # program (item, kv head): BLOCK_T query tokens x REP query heads = BLOCK_M rows
@@ -272,11 +272,10 @@ if triton is not None:
         q_len = tl.load(cu_q_ptr + seq + 1) - q_lo
         k_lo = tl.load(cu_k_ptr + seq)
         k_len = tl.load(cu_k_ptr + seq + 1) - k_lo
-        BLOCK_M: tl.constexpr = BLOCK_T * REP
-        r = tl.arange(0, BLOCK_M)
+        r = tl.arange(0, BLOCK_M)  # BLOCK_T * REP rounded up to a power of two (REP = 3: SmolLM2)
         tok = first + r // REP
         head = kvh * REP + r % REP
-        row_ok = tok < q_len
+        row_ok = (tok < q_len) & (r < BLOCK_T * REP)
         dd = tl.arange(0, D)
         q_rows = (q_lo + tok).to(tl.int64)
         q = tl.load(q_ptr + q_rows[:, None] * s_qt + head[:, None] * s_qh + dd[None, :],
@@ -324,14 +323,14 @@ def triton_varlen_attention(q, k, v, part: AttnPart, causal: bool, out=None, lse
         return out, lse
     has_fold = fold is not None
     kf, vf, fold = (kf, vf, fold) if has_fold else (k, v, part.cu_q)
-    block_m = part.block_t * rep
+    block_m = triton.next_power_of_2(part.block_t * rep)
     _varlen_attn_kernel[(n_items, n_kv)](
         q, k, v, out, lse, part.items, part.cu_q, part.cu_k, kf, vf, fold, part.cu_q.shape[0] - 1,
         n_items, q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         out.stride(0), out.stride(1), lse.stride(0), lse.stride(1),
         kf.stride(0), kf.stride(1), vf.stride(0), vf.stride(1),
         (1.0 / math.sqrt(d)) * 1.4426950408889634,
-        REP=rep, BLOCK_T=part.block_t, BLOCK_N=64 if block_m >= 128 else 32, D=d, CAUSAL=causal,
+        REP=rep, BLOCK_T=part.block_t, BLOCK_M=block_m, BLOCK_N=64 if block_m >= 128 else 32, D=d, CAUSAL=causal,
         HAS_FOLD=has_fold, UPCAST=q.device.type == "cpu",
         num_warps=8 if block_m >= 128 else 4, num_stages=3 if block_m >= 128 else 2,
     )

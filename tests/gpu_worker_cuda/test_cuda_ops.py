@@ -134,8 +134,21 @@ def test_split_attention_matches_torch(case, dtype, config):
     flash = ctx_attn == "flash" or (long_attn == "flash" and self_attn != "triton")
     if flash and (not CUDA or dtype == torch.float32):
         pytest.skip("flash attention needs CUDA and 16-bit inputs")
+    _check_split_attention(case, dtype, config, 4, 2)
+
+
+@needs_triton
+@pytest.mark.parametrize("case", [1, 5])
+@pytest.mark.parametrize("config", ["triton-fold", "auto-seg"])
+def test_split_attention_three_query_heads_per_kv_head(case, config):
+    """REP = 3 (SmolLM2: 9 query / 3 KV heads): tiles of 3 x BLOCK_T rows padded to a power of two."""
+    _check_split_attention(case, torch.float32, config, 6, 2)
+
+
+def _check_split_attention(case, dtype, config, n_q, n_kv):
+    self_attn, ctx_attn, long_attn, fold, repeat = ATTN_CONFIGS[config]
     lens, groups = CASES[case]
-    n_q, n_kv, d = 4, 2, 32
+    d = 32
     g = torch.Generator().manual_seed(case)
     meta = make_meta(lens, groups, DEVICE)
     T = sum(lens)
@@ -155,8 +168,8 @@ def test_split_attention_matches_torch(case, dtype, config):
 @needs_triton
 @pytest.mark.parametrize("ctx_attn", ["triton", "fused"])
 def test_engine_with_cuda_ops_matches_torch_ops(ctx_attn):
-    model = "tiny-qwen3-random"
     """Filter, chain and join margins through CudaOps equal those through TorchOps."""
+    model = "tiny-qwen3-random"
     rng = np.random.default_rng(0)
     docs = [rng.integers(20, 49000, n).tolist() for n in (40, 23, 57, 9)]
     ref = Engine(EngineConfig(model=model, device=DEVICE, dtype="float32", use_triton=False, token_budget=96))
