@@ -14,6 +14,8 @@ DEVICE = "cpu" if interpreter_active() else ("cuda" if torch.cuda.is_available()
 if DEVICE is None:
     pytest.skip("needs Triton's interpreter or a CUDA device", allow_module_level=True)
 
+# float32: exact math in the interpreter; Triton's float32 dot on a GPU is tf32 (10-bit mantissa)
+F32_TOL = 1e-5 if DEVICE == "cpu" else 2e-2
 # (n_q, n_kv, d, segments as (q_len, k_len)): odd lengths, empty segments, GQA factors 1, 3, 4
 CASES = [
     (8, 2, 32, [(5, 70), (17, 3)]),
@@ -53,7 +55,8 @@ def _check(n_q, n_kv, d, seg, T, C, causal, dtype, merge, block_m, tol):
     out, lse = out.cpu(), lse.cpu()
     torch.testing.assert_close(out.float()[rows], ref_o[rows], atol=tol, rtol=tol)
     finite = torch.isfinite(ref_l[rows])
-    torch.testing.assert_close(lse[rows][finite], ref_l[rows][finite], atol=1e-4, rtol=1e-4)
+    lse_tol = 1e-4 if DEVICE == "cpu" else 2e-2
+    torch.testing.assert_close(lse[rows][finite], ref_l[rows][finite], atol=lse_tol, rtol=lse_tol)
     assert torch.isneginf(lse[rows][~finite]).all()
     assert torch.equal(out[other], out0[other]) and torch.equal(lse[other], lse0[other])
 
@@ -65,7 +68,7 @@ def test_grouped_context_matches_ref(case, dtype, merge):
     n_q, n_kv, d, lens = CASES[case]
     seg, T, C = _layout([a for a, _ in lens], [b for _, b in lens])
     # bf16: inputs and probabilities rounded to 8 bits, output once more
-    _check(n_q, n_kv, d, seg, T, C, False, dtype, merge, 32, 1e-5 if dtype == torch.float32 else 3e-2)
+    _check(n_q, n_kv, d, seg, T, C, False, dtype, merge, 32, F32_TOL if dtype == torch.float32 else 3e-2)
 
 
 @pytest.mark.parametrize("case", range(len(CAUSAL_CASES)))
@@ -74,7 +77,7 @@ def test_causal_segments_match_ref(case, block_m):
     n_q, n_kv, d, lens = CAUSAL_CASES[case]
     seg, T, _ = _layout(lens, lens)
     seg[2] = seg[0]  # a sequence's own keys: same rows as its queries
-    _check(n_q, n_kv, d, seg, T, T, True, torch.float32, True, block_m, 1e-5)
+    _check(n_q, n_kv, d, seg, T, T, True, torch.float32, True, block_m, F32_TOL)
 
 
 def test_bad_arguments():
