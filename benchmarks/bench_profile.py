@@ -115,7 +115,30 @@ def variants(eng, vocab, dev, smoke):
     return out
 
 
-CATEGORIES = (("attention", ("flash", "varlen_attn", "fmha", "ctx_attn", "cudnn")), ("gemm", ("gemm", "nvjet", "cutlass", "xmma", "sm90")),
+def budget_curve(eng, vocab, dev, smoke, budgets=(4096, 8192, 16384, 32768, 65536)):
+    """FILTER (512 documents) and JOIN (4 anchors x 500 partners) slices at several token budgets per pass."""
+    sz = wl.Sizes.smoke() if smoke else wl.Sizes(filter_docs=512, join_anchors=4, join_partners=500)
+    head, tail = eng.renderer.filter_parts(wl.QUESTION)
+    f_reqs = [(head + d, tail) for d in vocab.docs(sz.filter_docs, sz.doc_len)]
+    jh, jm, jp = eng.renderer.join_parts(wl.JOIN_QUESTION)
+    partners = vocab.docs(sz.join_partners, *sz.partner_len)
+    j_reqs = [(jh + a + jm, p + jp) for a in vocab.docs(sz.join_anchors, sz.anchor_len) for p in partners]
+    saved, out = eng.rt.token_budget, {}
+    try:
+        for b in budgets:
+            eng.rt.token_budget = b
+            eng._new_tree()
+            _timed(eng, lambda: eng._run(f_reqs), dev)  # first run at a new size: allocator and kernel warm-up
+            out[f"FILTER budget={b}"] = _timed(eng, lambda: eng._run(f_reqs), dev)
+            out[f"JOIN budget={b}"] = _timed(eng, lambda: eng._run(j_reqs), dev)
+            log.info("budget %d: FILTER %s, JOIN %s", b, out[f"FILTER budget={b}"], out[f"JOIN budget={b}"])
+    finally:
+        eng.rt.token_budget = saved
+        eng._new_tree()
+    return out
+
+
+CATEGORIES = (("attention", ("flash", "varlen_attn", "fmha", "seg_attn", "cudnn")), ("gemm", ("gemm", "nvjet", "cutlass", "xmma", "sm90")),
               ("merge", ("merge_attn",)), ("rmsnorm", ("rmsnorm",)), ("rope+kv store", ("rope",)),
               ("silu_mul", ("silu",)), ("gather/index", ("index", "gather")), ("copy/cast", ("copy", "cast", "to_copy")))
 

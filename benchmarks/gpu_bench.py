@@ -204,6 +204,7 @@ def main(argv=None):
     ap.add_argument("--variants", action="store_true", help="also time attention backends and budgets")
     ap.add_argument("--profile", action="store_true", help="torch.profiler of a FILTER and a JOIN pass set")
     ap.add_argument("--timeline", action="store_true", help="per-pass GPU time and idle gaps of a JOIN")
+    ap.add_argument("--budgets", action="store_true", help="FILTER and JOIN slices at token budgets 4k-64k")
     ap.add_argument("--ctx-attn", default=None, help="attention over shared contexts: fused, flash or triton")
     ap.add_argument("--fp8", default="", help="comma-separated workloads to run again with quantize='fp8' "
                     "(FP8 projections), after an FP8 accuracy check; transformers' bf16 time is reused")
@@ -244,7 +245,8 @@ def main(argv=None):
         eng.runner.ops.ctx_attn = args.ctx_attn
     for flag, key, fn in ((args.variants, "variants", bench_profile.variants),
                           (args.profile, "profile", lambda *a: bench_profile.profile(*a, trace_dir=out)),
-                          (args.timeline, "timeline", bench_profile.timeline)):
+                          (args.timeline, "timeline", bench_profile.timeline),
+                          (args.budgets, "budgets", bench_profile.budget_curve)):
         if flag:
             try:
                 res[key] = fn(eng, vocab, dev, args.smoke)
