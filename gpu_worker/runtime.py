@@ -19,6 +19,13 @@ CPU_POOL_BYTES = 1 << 30  # default KV pool on CPU: 1 GiB
 CPU_POOL_MAX_TOKENS = 65536
 
 
+def check_fp8_gpu(capability: tuple[int, int], name: str):
+    """quantize='fp8' needs FP8 tensor cores: compute capability 8.9 (Ada) or newer (Hopper, Blackwell)."""
+    if tuple(capability) < (8, 9):
+        raise ValueError(f"quantize='fp8' needs a GPU with FP8 tensor cores (compute capability 8.9+, e.g. "
+                         f"L4, H100, H200); {name} has {capability[0]}.{capability[1]}: leave quantize unset")
+
+
 @dataclass
 class Runtime:
     config: EngineConfig
@@ -40,6 +47,8 @@ class Runtime:
             torch.cuda.set_device(device)
         elif device.type != "cpu":
             raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {cfg.device!r}")
+        if cfg.quantize == "fp8" and device.type == "cuda":
+            check_fp8_gpu(torch.cuda.get_device_capability(device), torch.cuda.get_device_name(device))
         name = cfg.dtype or ("bfloat16" if device.type == "cuda" else "float32")
         if name not in DTYPES:
             raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {name!r}")

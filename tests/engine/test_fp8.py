@@ -45,3 +45,12 @@ def test_fp8_same_under_any_packing(requests):
 def test_quantize_bad_value():
     with pytest.raises(ValueError, match="quantize must be None or 'fp8'"):
         EngineConfig(model=MODEL, quantize="int4")
+
+
+def test_fp8_needs_fp8_tensor_cores():
+    from gpu_worker.runtime import check_fp8_gpu
+
+    check_fp8_gpu((9, 0), "NVIDIA H200")
+    check_fp8_gpu((8, 9), "NVIDIA L4")
+    with pytest.raises(ValueError, match=r"A100.* has 8\.0: leave quantize unset"):
+        check_fp8_gpu((8, 0), "NVIDIA A100")
