@@ -445,7 +445,7 @@ class CudaOps:
         vc = v_cache.index_select(0, plan.ctx_slots)
         if self.ctx_attn == "fused":  # in place: out/lse of the self part are merged in the epilogue
             self.kernels.seg_attention(q, kc, vc, plan.ctx_seg, cp.items, cp.block_t, out=out, lse=lse, merge=True,
-                                       **self._launch(on_gpu))
+                                       **self._launch(on_gpu, q.shape[2]))
             return out
         rows = plan.ctx_rows
         qc = q[plan.ctx_lo:] if rows is None else q.index_select(0, rows)
@@ -461,10 +461,12 @@ class CudaOps:
             out.index_copy_(0, rows, merged)
         return out
 
-    def _launch(self, on_gpu: bool) -> dict:
+    def _launch(self, on_gpu: bool, head_dim: int) -> dict:
         if not on_gpu:  # Triton's interpreter: the launcher's defaults
             return {}
         c = self.ctx_config
+        if head_dim > 128:  # K and V tiles of 128 x d x 3 stages would not fit in shared memory
+            return {"block_n": 64, "num_warps": c["num_warps"], "num_stages": 2, "tma": c["tma"]}
         return {"block_n": c["block_n"], "num_warps": c["num_warps"], "num_stages": c["num_stages"], "tma": c["tma"]}
 
     def _self_part(self, q, k, v, k_cache, v_cache, plan: AttnPlan):
@@ -478,7 +480,7 @@ class CudaOps:
                 triton_varlen_attention(q, k, v, plan.tri, causal=True, out=out, lse=lse, kf=kf, vf=vf,
                                         fold=plan.fold)
             self.kernels.seg_attention(q, k, v, plan.long_seg, plan.long_items, plan.long_bt, causal=True,
-                                       out=out, lse=lse, **self._launch(q.device.type == "cuda"))
+                                       out=out, lse=lse, **self._launch(q.device.type == "cuda", q.shape[2]))
             return out, lse
         lp = plan.long
         if lp is not None and plan.long_rows is None:  # every sequence long: one flash call
