@@ -170,7 +170,8 @@ def build_plan(meta: AttnMeta, device, n_rep: int, self_attn: str = "auto", fold
         arrays["ctx_cu_q"] = np.concatenate([[0], np.cumsum(q_len)])
         arrays["ctx_cu_k"] = np.concatenate([[0], np.cumsum(k_len)])
         if ctx_block_m:
-            arrays["ctx_seg"] = np.stack([[g.tok_lo for g in split_groups], q_len, arrays["ctx_cu_k"][:-1], k_len]).ravel()
+            q_start = [g.tok_lo for g in split_groups]
+            arrays["ctx_seg"] = np.stack([q_start, q_len, arrays["ctx_cu_k"][:-1], k_len]).ravel()
         ctx_bt = max(1, ctx_block_m // n_rep) if ctx_block_m else _block_t(int(q_len.max()), n_rep)
         arrays["ctx_items"] = _blocks(q_len, ctx_bt, longest_first=False).ravel()
         contiguous = all(a.tok_hi == b.tok_lo for a, b in zip(split_groups, split_groups[1:]))
@@ -369,20 +370,22 @@ class CudaOps:
 
     self_attn: "auto" (Triton for sequences up to TRITON_MAX_Q tokens, flash for
     longer ones), "triton" or "flash"; ctx_attn (split contexts): "fused"
-    (kernels.seg_attention: grouped queries, merge in its epilogue), "flash"
-    (FA2, then a merge kernel) or "triton" (the varlen kernel, then merge); fold: read short contexts inside the Triton kernel (AttnPlan);
-    repeat_kv: flash attention on K/V heads repeated per query head.
+    (kernels.seg_attention: grouped queries, merged in place), "flash" (FA2,
+    then a merge kernel) or "triton" (the varlen kernel, then merge); fold:
+    read short contexts inside the Triton kernel (AttnPlan); long_attn
+    (sequences over TRITON_MAX_Q tokens): "seg" (kernels.seg_attention,
+    causal) or "flash"; ctx_config: launch settings of the segment kernel over
+    CTX_CONFIG; repeat_kv: flash attention on K/V heads repeated per query head.
     """
 
     name = "cuda"
 
     def __init__(self, use_triton: bool | None = None, self_attn: str = "auto", ctx_attn: str = "fused",
-                 fold: bool = True, repeat_kv: bool = False, ctx_config: dict | None = None, long_attn: str = "seg"):
+                 fold: bool = True, repeat_kv: bool = False, ctx_config: dict | None = None,
+                 long_attn: str = "seg"):
         self.kernels = _load_kernels(use_triton)
         if self.kernels is None:  # no Triton here: flash attention only
-            self_attn, ctx_attn, fold = "flash", "flash", False
-        if self.kernels is None:
-            ctx_attn = long_attn = "flash"
+            self_attn, ctx_attn, long_attn, fold = "flash", "flash", "flash", False
         self.self_attn, self.ctx_attn, self.fold, self.repeat_kv = self_attn, ctx_attn, fold, repeat_kv
         self.long_attn = long_attn
         self.short_max = TRITON_MAX_Q
@@ -435,7 +438,7 @@ class CudaOps:
             plan = meta.device_meta["plan"] = build_plan(
                 meta, meta.device_meta.get("device", q.device), q.shape[1] // k.shape[1], self_attn, self.fold,
                 self.ctx_config["block_m"] if self.ctx_attn == "fused" else 0,
-                self.ctx_config["block_m"] if self.long_attn == "seg" and (self.kernels is not None) else 0,
+                self.ctx_config["block_m"] if self.long_attn == "seg" else 0,
                 self.short_max)
         out, lse = self._self_part(q, k, v, k_cache, v_cache, plan)
         cp = plan.ctx_part
@@ -471,26 +474,19 @@ class CudaOps:
 
     def _self_part(self, q, k, v, k_cache, v_cache, plan: AttnPlan):
         """Causal attention of every sequence to itself (+ its folded context): (out, lse [T, n_q])."""
-        if plan.long_seg is not None:  # long sequences in the segment kernel, in place
-            out, lse = torch.empty_like(q), torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)
-            if plan.tri is not None:
-                kf = vf = None
-                if plan.fold is not None:
-                    kf, vf = k_cache.index_select(0, plan.fold_slots), v_cache.index_select(0, plan.fold_slots)
-                triton_varlen_attention(q, k, v, plan.tri, causal=True, out=out, lse=lse, kf=kf, vf=vf,
-                                        fold=plan.fold)
-            self.kernels.seg_attention(q, k, v, plan.long_seg, plan.long_items, plan.long_bt, causal=True,
-                                       out=out, lse=lse, **self._launch(q.device.type == "cuda", q.shape[2]))
-            return out, lse
         lp = plan.long
-        if lp is not None and plan.long_rows is None:  # every sequence long: one flash call
+        if lp is not None and plan.long_rows is None:  # every sequence long, in flash: one call
             return flash_varlen_attention(q, k, v.contiguous(), lp, causal=True, repeat_kv=self.repeat_kv)
         out, lse = torch.empty_like(q), torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)
-        kf = vf = None
-        if plan.fold is not None:
-            kf, vf = k_cache.index_select(0, plan.fold_slots), v_cache.index_select(0, plan.fold_slots)
-        triton_varlen_attention(q, k, v, plan.tri, causal=True, out=out, lse=lse, kf=kf, vf=vf, fold=plan.fold)
-        if lp is not None:
+        if plan.tri is not None:
+            kf = vf = None
+            if plan.fold is not None:
+                kf, vf = k_cache.index_select(0, plan.fold_slots), v_cache.index_select(0, plan.fold_slots)
+            triton_varlen_attention(q, k, v, plan.tri, causal=True, out=out, lse=lse, kf=kf, vf=vf, fold=plan.fold)
+        if plan.long_seg is not None:  # long sequences in the segment kernel, in place
+            self.kernels.seg_attention(q, k, v, plan.long_seg, plan.long_items, plan.long_bt, causal=True,
+                                       out=out, lse=lse, **self._launch(q.device.type == "cuda", q.shape[2]))
+        elif lp is not None:
             rows = plan.long_rows
             o_l, lse_l = flash_varlen_attention(*(x.index_select(0, rows) for x in (q, k, v)), lp, causal=True,
                                                 repeat_kv=self.repeat_kv)
