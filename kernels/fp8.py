@@ -19,21 +19,11 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._util import FLOAT_DTYPES, block_size, check_device, check_tensor, interpreter_active, num_warps_for
+from kernels._quant import finish, quant_buffers, store_quant
+from kernels._util import FLOAT_DTYPES, block_size, check_device, check_tensor, num_warps_for
 from kernels.rmsnorm import _check as _check_norm
 from kernels.rmsnorm import _launch as _norm_launch
 from kernels.silu_mul import check_gate_up
-
-FP8 = torch.float8_e4m3fn
-
-
-@triton.jit
-def _store_quant(q_ptr, s_ptr, row, stride_q, cols, mask, y):
-    """Quantize the float32 row y (already rounded to the activation dtype) and store (q, scale)."""
-    scale = tl.maximum(tl.max(tl.abs(y), axis=0), 1e-12) / 448.0
-    q = tl.minimum(tl.maximum(y / scale, -448.0), 448.0)
-    tl.store(q_ptr + row * stride_q + cols, q.to(q_ptr.dtype.element_ty), mask=mask)
-    tl.store(s_ptr + row, scale)
 
 
 @triton.jit
@@ -42,7 +32,7 @@ def _quant_rows_kernel(x_ptr, q_ptr, s_ptr, K, stride_x, stride_q, BLOCK: tl.con
     cols = tl.arange(0, BLOCK)
     mask = cols < K
     x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
-    _store_quant(q_ptr, s_ptr, row, stride_q, cols, mask, x)
+    store_quant(q_ptr, s_ptr, row, stride_q, cols, mask, x)
 
 
 @triton.jit
@@ -53,18 +43,7 @@ def _silu_mul_quant_kernel(gu_ptr, q_ptr, s_ptr, F, stride_gu, stride_q, BLOCK: 
     g = tl.load(gu_ptr + row * stride_gu + cols, mask=mask, other=0.0).to(tl.float32)
     u = tl.load(gu_ptr + row * stride_gu + F + cols, mask=mask, other=0.0).to(tl.float32)
     y = (g / (1.0 + tl.exp(-g)) * u).to(gu_ptr.dtype.element_ty).to(tl.float32)
-    _store_quant(q_ptr, s_ptr, row, stride_q, cols, mask, y)
-
-
-def _empty(T, K, device):
-    """(q, scale) buffers. Triton's CPU interpreter converts to float8 wrongly (124.3 -> 64: the
-    mantissa carry is lost), so there the kernel writes the scaled row in float32 and torch casts."""
-    dtype = torch.float32 if interpreter_active() else FP8
-    return torch.empty((T, K), dtype=dtype, device=device), torch.empty((T, 1), dtype=torch.float32, device=device)
-
-
-def _done(q, s):
-    return (q.to(FP8), s) if q.dtype != FP8 else (q, s)
+    store_quant(q_ptr, s_ptr, row, stride_q, cols, mask, y)
 
 
 def quant_rows(x: torch.Tensor):
@@ -72,35 +51,34 @@ def quant_rows(x: torch.Tensor):
     check_tensor("x", x, ndim=2, dtypes=FLOAT_DTYPES)
     check_device(x=x)
     T, K = x.shape
-    q, s = _empty(T, K, x.device)
+    q, s = quant_buffers(T, K, x.device)
     if T and K:
         B = block_size(K)
         _quant_rows_kernel[(T,)](x, q, s, K, x.stride(0), q.stride(0), BLOCK=B, num_warps=num_warps_for(B))
-    return _done(q, s)
+    return finish(q, s)
 
 
 def silu_and_mul_fp8(gate_up: torch.Tensor):
     """silu(gate) * up rounded to gate_up's dtype, then quantized: (q [T, F], scale [T, 1])."""
     T, F = check_gate_up(gate_up)
-    q, s = _empty(T, F, gate_up.device)
+    q, s = quant_buffers(T, F, gate_up.device)
     if T and F:
         B = block_size(F)
         _silu_mul_quant_kernel[(T,)](gate_up, q, s, F, gate_up.stride(0), q.stride(0), BLOCK=B,
                                      num_warps=num_warps_for(B))
-    return _done(q, s)
+    return finish(q, s)
 
 
 def rmsnorm_fp8(x, weight, eps):
     """rmsnorm(x) * weight (HF casts), quantized: (q [T, D], scale [T, 1])."""
     _check_norm(x, None, weight, eps)
-    return _done(*_norm_launch(x, None, weight, eps, quant=True)[0])
+    return _norm_launch(x, None, weight, eps, quant=True)[0]
 
 
 def fused_add_rmsnorm_fp8(x, residual, weight, eps):
     """new_residual = x + residual; ((q, scale) of rmsnorm(new_residual) * weight, new_residual)."""
     _check_norm(x, residual, weight, eps)
-    y, new_res = _norm_launch(x, residual, weight, eps, quant=True)
-    return _done(*y), new_res
+    return _norm_launch(x, residual, weight, eps, quant=True)
 
 
 def quant_rows_ref(x: torch.Tensor):

@@ -19,9 +19,9 @@ from kernels._util import (
     block_size,
     check_device,
     check_tensor,
-    interpreter_active,
     num_warps_for,
 )
+from kernels._quant import finish, quant_buffers, store_quant
 
 
 @triton.jit
@@ -46,12 +46,8 @@ def _rmsnorm_kernel(
     normed = (h * rstd).to(x_ptr.dtype.element_ty).to(tl.float32)
     w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
     y = (w * normed).to(x_ptr.dtype.element_ty)
-    if QUANT:  # float8 row with its scale: y ~= q * scale (kernels.fp8)
-        yf = y.to(tl.float32)
-        scale = tl.maximum(tl.max(tl.abs(yf), axis=0), 1e-12) / 448.0
-        q = tl.minimum(tl.maximum(yf / scale, -448.0), 448.0)
-        tl.store(y_ptr + row * stride_y + cols, q.to(y_ptr.dtype.element_ty), mask=mask)
-        tl.store(scale_ptr + row, scale)
+    if QUANT:  # float8 row with its scale: y ~= q * scale (kernels/_quant.py)
+        store_quant(y_ptr, scale_ptr, row, stride_y, cols, mask, y.to(tl.float32))
     else:
         tl.store(y_ptr + row * stride_y + cols, y, mask=mask)
 
@@ -70,13 +66,10 @@ def _check(x, residual, weight, eps):
 def _launch(x, residual, weight, eps, quant=False):
     """(y, new_residual); quant: y is (float8 rows, float32 scales [T, 1]) instead."""
     T, D = x.shape
-    y_dtype = (torch.float32 if interpreter_active() else torch.float8_e4m3fn) if quant else x.dtype  # see fp8.py
-    y = torch.empty((T, D), dtype=y_dtype, device=x.device)
-    scale = torch.empty((T, 1), dtype=torch.float32, device=x.device) if quant else None
+    y, scale = quant_buffers(T, D, x.device) if quant else (torch.empty((T, D), dtype=x.dtype, device=x.device), None)
     new_res = torch.empty_like(x) if residual is not None else x
-    out = (y, scale) if quant else y
     if T == 0:
-        return out, new_res
+        return (finish(y, scale) if quant else y), new_res
     res = residual if residual is not None else x  # placeholder when absent; never read
     BLOCK_D = block_size(D)
     _rmsnorm_kernel[(T,)](
@@ -84,7 +77,7 @@ def _launch(x, residual, weight, eps, quant=False):
         D, x.stride(0), res.stride(0), y.stride(0), new_res.stride(0), float(eps),
         HAS_RESIDUAL=residual is not None, BLOCK_D=BLOCK_D, QUANT=quant, num_warps=num_warps_for(BLOCK_D),
     )
-    return out, new_res
+    return (finish(y, scale) if quant else y), new_res
 
 
 def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
