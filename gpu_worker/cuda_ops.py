@@ -29,6 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from kernels._util import query_blocks
+
 from .attention import AttnMeta, split_attention_torch
 from .ops import TorchOps
 
@@ -87,20 +89,6 @@ class AttnPlan:
     long_bt: int = 0
 
 
-def _blocks(lens: np.ndarray, block_t: int, longest_first: bool, keep=None) -> np.ndarray:
-    """[2, n_items] (sequence, first token) of query blocks of `block_t` tokens."""
-    nblk = (lens + block_t - 1) // block_t
-    if keep is not None:
-        nblk = np.where(keep, nblk, 0)
-    seq = np.repeat(np.arange(len(lens), dtype=np.int64), nblk)
-    first = np.arange(int(nblk.sum()), dtype=np.int64) - np.repeat(np.cumsum(nblk) - nblk, nblk)
-    start = first * block_t
-    if longest_first:  # causal: blocks deep in a sequence see the most keys; start those first
-        order = np.argsort(-start, kind="stable")
-        seq, start = seq[order], start[order]
-    return np.stack([seq, start])
-
-
 def _block_t(max_q: int, rep: int) -> int:
     """Query tokens per Triton program: rep * block_t rows fill a 64- or 128-row tile."""
     rows = 64 if max_q * rep <= 64 else 128
@@ -148,7 +136,7 @@ def build_plan(meta: AttnMeta, device, n_rep: int, self_attn: str = "auto", fold
     short_max = int(lens[~long].max()) if (~long).any() else 0
     tri_bt = _block_t(max(short_max, 1), n_rep)
     if (~long).any():
-        arrays["items"] = _blocks(lens, tri_bt, longest_first=True, keep=~long).ravel()
+        arrays["items"] = query_blocks(lens, tri_bt, longest_first=True, keep=~long).ravel()
         if fold_groups:
             arrays["fold"] = fold_rows.ravel()
     long_bt = 0
@@ -158,7 +146,7 @@ def build_plan(meta: AttnMeta, device, n_rep: int, self_attn: str = "auto", fold
             long_bt = max(1, long_block_m // n_rep)
             ll, lc = lens[long_idx], cu[long_idx]
             arrays["long_seg"] = np.stack([lc, ll, lc, ll]).ravel()
-            arrays["long_items"] = _blocks(ll, long_bt, longest_first=True).ravel()
+            arrays["long_items"] = query_blocks(ll, long_bt, longest_first=True).ravel()
         else:
             arrays["long_cu"] = np.concatenate([[0], np.cumsum(lens[long_idx])])
             if not long.all():
@@ -173,7 +161,7 @@ def build_plan(meta: AttnMeta, device, n_rep: int, self_attn: str = "auto", fold
             q_start = [g.tok_lo for g in split_groups]
             arrays["ctx_seg"] = np.stack([q_start, q_len, arrays["ctx_cu_k"][:-1], k_len]).ravel()
         ctx_bt = max(1, ctx_block_m // n_rep) if ctx_block_m else _block_t(int(q_len.max()), n_rep)
-        arrays["ctx_items"] = _blocks(q_len, ctx_bt, longest_first=False).ravel()
+        arrays["ctx_items"] = query_blocks(q_len, ctx_bt).ravel()
         contiguous = all(a.tok_hi == b.tok_lo for a, b in zip(split_groups, split_groups[1:]))
         if contiguous and split_groups[-1].tok_hi == cu[-1]:
             ctx_lo = split_groups[0].tok_lo

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import torch
 
 FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -99,3 +100,22 @@ def block_size(n: int) -> int:
     Same as triton.next_power_of_2, without its per-call overhead.
     """
     return 1 << (max(int(n), 1) - 1).bit_length()
+
+
+def query_blocks(lens, block_t: int, longest_first: bool = False, keep=None):
+    """int64 [2, n_items]: (sequence, first query token) of every `block_t`-token query block.
+
+    The work list of the attention kernels (one program per block and KV head).
+    keep: bool per sequence, False leaves it out; longest_first: blocks deep in
+    a causal sequence see the most keys, so they start first.
+    """
+    lens = np.asarray(lens, dtype=np.int64)
+    nblk = (lens + block_t - 1) // block_t
+    if keep is not None:
+        nblk = np.where(keep, nblk, 0)
+    seq = np.repeat(np.arange(len(lens), dtype=np.int64), nblk)
+    start = (np.arange(int(nblk.sum()), dtype=np.int64) - np.repeat(np.cumsum(nblk) - nblk, nblk)) * block_t
+    if longest_first:
+        order = np.argsort(-start, kind="stable")
+        seq, start = seq[order], start[order]
+    return np.stack([seq, start])

@@ -29,7 +29,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._util import check_device, check_tensor, interpreter_active
+from kernels._util import check_device, check_tensor, interpreter_active, query_blocks
 
 LOG2E = 1.4426950408889634
 
@@ -135,18 +135,8 @@ def segments(q_start, q_len, k_start, k_len) -> np.ndarray:
 
 
 def seg_items(q_lens, block_t: int, longest_first: bool = False) -> np.ndarray:
-    """int32 [2, n_items]: (segment, first query token) of every program.
-
-    longest_first: blocks deep in a causal segment see the most keys; start them first.
-    """
-    q_lens = np.asarray(q_lens, dtype=np.int64)
-    nblk = (q_lens + block_t - 1) // block_t
-    seg = np.repeat(np.arange(len(q_lens), dtype=np.int64), nblk)
-    first = (np.arange(int(nblk.sum()), dtype=np.int64) - np.repeat(np.cumsum(nblk) - nblk, nblk)) * block_t
-    if longest_first:
-        order = np.argsort(-first, kind="stable")
-        seg, first = seg[order], first[order]
-    return np.stack([seg, first]).astype(np.int32)
+    """int32 [2, n_items]: (segment, first query token) of every program (kernels._util.query_blocks)."""
+    return query_blocks(q_lens, block_t, longest_first).astype(np.int32)
 
 
 def seg_attention(q, k, v, seg, items, block_t, *, causal=False, out=None, lse=None, merge=False,
