@@ -1,4 +1,4 @@
-"""Fixtures of the Spark integration tests: one local[2] SparkSession for the whole run,
+"""Fixtures of the Spark integration tests (the SparkSession is in tests/conftest.py):
 tiny tables, a QuailSession, and a driver-side reference engine (see spark_fixtures.py)."""
 from __future__ import annotations
 
@@ -9,24 +9,6 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))  # the shared helpers module beside this file
 from spark_fixtures import NOTES, TERMS, Naive  # noqa: E402
-
-
-@pytest.fixture(scope="session")
-def spark():
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from pyspark.sql import SparkSession
-
-    session = (SparkSession.builder.master("local[2]").appName("quail-spark-tests")
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.sql.execution.arrow.maxRecordsPerBatch", "4")
-               .config("spark.python.worker.reuse", "true")
-               .getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,174 @@
+"""One rendering of an AI-SQL call and one NULL rule, for every path.
+
+The SQL functions (plain ``spark.sql``, DataFrames, the optimized plans of the
+Spark extension, QuailSession) and the enrichment job all evaluate
+``ai_if`` / ``ai_score`` / ``ai_classify`` through :func:`evaluate`, so the
+same call on the same row gives the same prompt, the same margin and the same
+answer on every path. Never imports pyspark.
+
+Rendering of ``template`` over column values (``{i}`` is the i-th column):
+
+- one column: the filter layout; ``{0}`` reads "the document";
+- two or more: the join layout; column 0 is the DOCUMENT whose KV is shared
+  (a join's anchor), columns 1.. form DOCUMENT 2 (DOCUMENT 3 ... follow it
+  inside the partner segment); ``{0}`` reads "DOCUMENT", ``{i}`` "DOCUMENT i+1".
+
+NULL rule: a row whose referenced column is NULL, empty or whitespace-only in
+any column gives NULL (a filter drops the row, a join drops the pair) and is
+never sent to the model.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from .prompts import PromptTooLong
+
+PLACEHOLDER = re.compile(r"\{(\d+)\}")
+KINDS = ("if", "score", "classify")
+DEFAULT_INSTRUCTION = "Which option describes the document best?"
+
+
+def is_null(value) -> bool:
+    """The one NULL rule: None, '' and whitespace-only text are NULL."""
+    return value is None or (isinstance(value, str) and not value.strip())
+
+
+def placeholders(template: str) -> tuple[int, ...]:
+    """Placeholder indices in order of appearance.
+
+    >>> placeholders('Does {0} mention {1}?')
+    (0, 1)
+    """
+    return tuple(int(m.group(1)) for m in PLACEHOLDER.finditer(template))
+
+
+def doc_name(i: int, n_cols: int) -> str:
+    if n_cols == 1:
+        return "the document"
+    return "DOCUMENT" if i == 0 else f"DOCUMENT {i + 1}"
+
+
+@dataclass(frozen=True)
+class Call:
+    """One AI call shape: kind, template text and number of column arguments."""
+
+    kind: str
+    template: str
+    n_cols: int
+    labels: tuple = ()
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown AI call kind {self.kind!r}; expected one of {KINDS}")
+        if self.n_cols < 1:
+            raise ValueError(f"ai_{self.kind}: expected at least one column argument after the template")
+        used = set(placeholders(self.template))
+        bad = sorted(i for i in used if i >= self.n_cols)
+        if self.kind != "classify" or self.template.strip() != "{0}":
+            if bad or used != set(range(self.n_cols)):
+                raise ValueError(
+                    f"ai_{self.kind}: template {self.template!r} must use placeholders "
+                    f"{{0}}..{{{self.n_cols - 1}}}, one per column argument ({self.n_cols}); "
+                    f"found {sorted(used) or 'none'}")
+        if self.kind == "classify" and len(self.labels) < 2:
+            raise ValueError(f"ai_classify: expected at least 2 labels, got {list(self.labels)}")
+
+    @property
+    def question(self) -> str:
+        """The template's text with each placeholder replaced by its document's name."""
+        if self.kind == "classify" and self.template.strip() == "{0}":
+            return DEFAULT_INSTRUCTION
+        return PLACEHOLDER.sub(lambda m: doc_name(int(m.group(1)), self.n_cols), self.template)
+
+    def partner_text(self, values) -> str:
+        """DOCUMENT 2 (and following) of a multi-column row: the join's partner segment."""
+        out = values[1]
+        for i in range(2, self.n_cols):
+            out += f"\n\nDOCUMENT {i + 1}:\n{values[i]}"
+        return out
+
+    def classify_text(self, values) -> str:
+        """The document of a multi-column ai_classify row."""
+        return values[0] if self.n_cols == 1 else values[0] + "\n\nDOCUMENT 2:\n" + self.partner_text(values)
+
+
+def render(eng, call: Call, values) -> list[int]:
+    """The exact prompt ids of one row (a row that is NULL by the rule raises)."""
+    if any(is_null(v) for v in values):
+        raise ValueError("a NULL, empty or whitespace-only value is not rendered: its result is NULL")
+    if call.kind == "classify":
+        return eng.render_classify(call.classify_text(values), list(call.labels), call.question)
+    if call.n_cols == 1:
+        return eng.render_filter(values[0], call.question)
+    return eng.render_join(values[0], call.partner_text(values), call.question)
+
+
+def evaluate(eng, call: Call, columns, errors: list | None = None, where=str) -> list:
+    """Results of ``call`` on rows given column-wise (lists of str or None).
+
+    Returns a list: bool (if), float P(yes) (score) or label (classify); None
+    for NULL rows. An over-long prompt raises a ``PromptTooLong`` naming
+    ``where(row)``; with ``errors`` (a list of len n_rows) the row's result is
+    None and ``errors[row]`` says why, and the other rows are still evaluated.
+    """
+    n = len(columns[0]) if columns else 0
+    if len(columns) != call.n_cols or any(len(c) != n for c in columns):
+        raise ValueError(f"ai_{call.kind}: expected {call.n_cols} columns of equal length")
+    for c_i, col in enumerate(columns):
+        for r, v in enumerate(col):
+            if v is not None and not isinstance(v, str):
+                raise TypeError(f"ai_{call.kind}: {where(r)}: column argument {c_i + 1} must be a "
+                                f"string, got {type(v).__name__}; cast it with CAST(... AS STRING)")
+    rows = [r for r in range(n) if not any(is_null(col[r]) for col in columns)]
+    out: list = [None] * n
+    while rows:
+        try:
+            values = _margins_or_labels(eng, call, columns, rows)
+        except PromptTooLong as e:
+            bad = rows[e.row]
+            if errors is None:
+                raise _too_long(where(bad), e) from None
+            errors[bad] = f"prompt too long: {e.n_tokens} tokens, the model's context holds {e.limit}"
+            rows = [r for r in rows if r != bad]
+            continue
+        for r, v in zip(rows, values):
+            out[r] = v
+        break
+    return out
+
+
+def _too_long(place: str, e: PromptTooLong) -> ValueError:
+    return ValueError(f"{place}: prompt has {e.n_tokens} tokens, the model's context holds {e.limit}; "
+                      "shorten the document or set on_overflow='truncate'")
+
+
+def _margins_or_labels(eng, call: Call, columns, rows) -> list:
+    vals = [[col[r] for r in rows] for col in columns]
+    if call.kind == "classify":
+        docs = [call.classify_text(v) for v in zip(*vals)]
+        idx, _ = eng.classify(docs, list(call.labels), call.question)
+        return [call.labels[k] if k >= 0 else None for k in idx]
+    if call.n_cols == 1:
+        m = eng.filter(vals[0], [call.question])[:, 0]
+    else:
+        m = _pair_margins(eng, vals[0], [call.partner_text(v) for v in zip(*vals)], call.question)
+    if call.kind == "if":
+        return [bool(x > 0) for x in m]
+    return [float(1.0 / (1.0 + np.exp(-x))) for x in m]
+
+
+def _pair_margins(eng, anchors, partners, question) -> np.ndarray:
+    """Element-wise (anchor_i, partner_i) margins in the join layout, grouped by anchor."""
+    out = np.full(len(anchors), np.nan)
+    groups: dict[str, list[int]] = {}
+    for i, a in enumerate(anchors):
+        groups.setdefault(a, []).append(i)
+    for a, idx in groups.items():
+        try:
+            out[idx] = eng.join([a], [partners[i] for i in idx], question)[0]
+        except PromptTooLong as e:
+            raise PromptTooLong(idx[0], e.n_tokens, e.limit) from None
+    return out
