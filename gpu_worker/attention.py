@@ -24,6 +24,8 @@ class Group:
     seq_hi: int
     tok_lo: int
     tok_hi: int
+    base_key: int = 0  # groups with one base_key share their first base_len context slots (an anchor)
+    base_len: int = 0
 
 
 @dataclass

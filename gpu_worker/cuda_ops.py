@@ -87,6 +87,8 @@ class AttnPlan:
     long_seg: torch.Tensor | None = None  # int32 [4, n_long] causal segments of the long sequences ...
     long_items: torch.Tensor | None = None  # ... and their programs (kernels.seg_attention), when not flash
     long_bt: int = 0
+    ctx_seg2: torch.Tensor | None = None  # int32 [4, n] second context segments (the part below a shared base) ...
+    ctx_items2: torch.Tensor | None = None  # ... and their programs
 
 
 def _block_t(max_q: int, rep: int) -> int:
@@ -157,11 +159,15 @@ def build_plan(meta: AttnMeta, device, n_rep: int, self_attn: str = "auto", fold
         k_len = np.array([g.ctx_slots.numel() for g in split_groups], dtype=np.int64)
         arrays["ctx_cu_q"] = np.concatenate([[0], np.cumsum(q_len)])
         arrays["ctx_cu_k"] = np.concatenate([[0], np.cumsum(k_len)])
-        if ctx_block_m:
-            q_start = [g.tok_lo for g in split_groups]
-            arrays["ctx_seg"] = np.stack([q_start, q_len, arrays["ctx_cu_k"][:-1], k_len]).ravel()
         ctx_bt = max(1, ctx_block_m // n_rep) if ctx_block_m else _block_t(int(q_len.max()), n_rep)
         arrays["ctx_items"] = query_blocks(q_len, ctx_bt).ravel()
+        if ctx_block_m:  # fused: a base shared by adjacent groups is read once, their extras after it
+            seg, seg2, ctx_keys = _shared_base_segments(split_groups)
+            arrays["ctx_seg"] = seg.ravel()
+            arrays["ctx_items"] = query_blocks(seg[1], ctx_bt).ravel()
+            if seg2.shape[1]:
+                arrays["ctx_seg2"] = seg2.ravel()
+                arrays["ctx_items2"] = query_blocks(seg2[1], ctx_bt).ravel()
         contiguous = all(a.tok_hi == b.tok_lo for a, b in zip(split_groups, split_groups[1:]))
         if contiguous and split_groups[-1].tok_hi == cu[-1]:
             ctx_lo = split_groups[0].tok_lo
@@ -181,11 +187,51 @@ def build_plan(meta: AttnMeta, device, n_rep: int, self_attn: str = "auto", fold
     if split_groups:
         ctx_part = AttnPart(i32("ctx_cu_q"), i32("ctx_cu_k"), int(q_len.max()), int(k_len.max()),
                             i32("ctx_items").view(2, -1), ctx_bt)
+    ctx_slots = _cat_slots(split_groups)
+    if ctx_block_m and split_groups:
+        ctx_slots = torch.cat(ctx_keys) if len(ctx_keys) > 1 else ctx_keys[0]
     return AttnPlan(tri, long_part, d.get("long_rows"), i32("fold").view(2, -1) if "fold" in d else None,
-                    _cat_slots(fold_groups), ctx_part, ctx_lo, d.get("ctx_rows"), _cat_slots(split_groups),
+                    _cat_slots(fold_groups), ctx_part, ctx_lo, d.get("ctx_rows"), ctx_slots,
                     i32("ctx_seg").view(4, -1) if "ctx_seg" in d else None,
                     i32("long_seg").view(4, -1) if "long_seg" in d else None,
-                    i32("long_items").view(2, -1) if "long_items" in d else None, long_bt)
+                    i32("long_items").view(2, -1) if "long_items" in d else None, long_bt,
+                    i32("ctx_seg2").view(4, -1) if "ctx_seg2" in d else None,
+                    i32("ctx_items2").view(2, -1) if "ctx_items2" in d else None)
+
+
+def _shared_base_segments(groups):
+    """Segments [4, n] (query start, query rows, key start, keys) of the fused context kernel.
+
+    Adjacent groups under one base (an anchor, its partners split by shared
+    words) read the base's keys in ONE segment over all their query rows; the
+    rest of each group's context (the shared words) is a second segment,
+    merged after the first. Returns (base segments, extra segments, slot
+    tensors in key order): the gathered keys hold each base once, so a pass
+    reads what its distinct contexts hold, not a copy per group.
+    """
+    runs, extras = [], []  # [q_lo, q_hi, base_key, base_len, slots]
+    for g in groups:
+        c = g.ctx_slots.numel()
+        bl = g.base_len if g.base_key and 0 < g.base_len <= c else c
+        r = runs[-1] if runs else None
+        if r is not None and g.base_key and r[2] == g.base_key and r[3] == bl and r[1] == g.tok_lo:
+            r[1] = g.tok_hi
+        else:
+            runs.append([g.tok_lo, g.tok_hi, g.base_key, bl, g.ctx_slots[:bl]])
+        if c > bl:
+            extras.append((g.tok_lo, g.tok_hi - g.tok_lo, g.ctx_slots[bl:]))
+    keys, k0 = [], 0
+    seg = np.zeros((4, len(runs)), dtype=np.int64)
+    for i, (lo, hi, _, bl, sl) in enumerate(runs):
+        seg[:, i] = (lo, hi - lo, k0, bl)
+        keys.append(sl)
+        k0 += bl
+    seg2 = np.zeros((4, len(extras)), dtype=np.int64)
+    for i, (lo, n, sl) in enumerate(extras):
+        seg2[:, i] = (lo, n, k0, sl.numel())
+        keys.append(sl)
+        k0 += sl.numel()
+    return seg, seg2, keys
 
 
 def _to_device(arrays: dict, device, on_gpu: bool) -> dict:
@@ -435,8 +481,12 @@ class CudaOps:
         kc = k_cache.index_select(0, plan.ctx_slots)  # [C, n_kv, d], once per layer for all groups
         vc = v_cache.index_select(0, plan.ctx_slots)
         if self.ctx_attn == "fused":  # in place: out/lse of the self part are merged in the epilogue
+            launch = self._launch(on_gpu, q.shape[2])
             self.kernels.seg_attention(q, kc, vc, plan.ctx_seg, cp.items, cp.block_t, out=out, lse=lse, merge=True,
-                                       **self._launch(on_gpu, q.shape[2]))
+                                       **launch)
+            if plan.ctx_seg2 is not None:  # the rest of each context below a shared base, merged after it
+                self.kernels.seg_attention(q, kc, vc, plan.ctx_seg2, plan.ctx_items2, cp.block_t, out=out, lse=lse,
+                                           merge=True, **launch)
             return out
         rows = plan.ctx_rows
         qc = q[plan.ctx_lo:] if rows is None else q.index_select(0, rows)

@@ -7,10 +7,13 @@ extending earlier rows) lives once in the prefix tree.
 """
 from __future__ import annotations
 
+import functools
 import gc
 import logging
+import threading
 import time
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
@@ -19,16 +22,37 @@ from . import weights
 from .config import EngineConfig
 from .kv_pool import PagePool
 from .prefix_tree import Node, PrefixTree
-from .prompts import PromptRenderer, PromptTooLong
+from .prompts import PromptRenderer, PromptTooLong, documents
 from .runner import KVCache, ModelRunner
 from .runtime import Runtime
 from .scheduler import Scheduler
 
 log = logging.getLogger("gpu_worker")
 
+CHUNK_TOKENS_PER_BUDGET = 8  # documents are tokenized and run in chunks of ~8 passes' tokens
+CHARS_PER_TOKEN = 4  # to size a chunk before it is tokenized
+TREE_COUNTERS = {"kv_kept_tokens": "kept_tokens", "kv_kept_unread_tokens": "kept_unread_tokens",
+                 "evict_visited": "evict_visited", "evicted_nodes": "evicted_nodes"}
+
+
+def _serialized(method):
+    """Calls on one Engine from several threads run one at a time (the engine's lock)."""
+    @functools.wraps(method)
+    def locked(self, *a, **kw):
+        with self._lock:
+            return method(self, *a, **kw)
+    return locked
+
 
 class Engine:
     """Prefill-only scoring engine (see DESIGN.md, "Executor engine").
+
+    Thread safety: the operations (filter, score, chain, join, join_ids,
+    pairs, classify, count_tokens) hold the engine's lock, so calls from
+    several threads on one Engine are serialized and each returns what it
+    would alone. Documents are `str` or None; None, empty or whitespace-only
+    documents are NULL and get NaN (-1 for classify); document text is
+    tokenized with special-token parsing off.
 
     Examples
     --------
@@ -39,6 +63,8 @@ class Engine:
     """
 
     def __init__(self, config: EngineConfig | None = None, **kw):
+        self._lock = threading.RLock()
+        self._tokenizer_thread: ThreadPoolExecutor | None = None
         cfg = config or EngineConfig(**kw)
         if config is not None and kw:
             cfg = cfg.replace(**kw)
@@ -70,49 +96,49 @@ class Engine:
 
     def render_filter(self, doc: str, question: str) -> list[int]:
         head, tail = self.renderer.filter_parts(question)
-        return head + self.renderer.encode_batch([doc])[0] + tail
+        return head + self._ids(doc) + tail
 
     def render_join(self, anchor: str, partner: str, question: str) -> list[int]:
         head, mid, post = self.renderer.join_parts(question)
-        a, p = self.renderer.encode_batch([anchor, partner])
-        return head + a + mid + p + post
+        return head + self._ids(anchor) + mid + self._ids(partner) + post
 
     def render_classify(self, doc: str, labels: list[str], instruction: str) -> list[int]:
         head, tail = self.renderer.classify_parts(instruction, list(labels))
-        return head + self.renderer.encode_batch([doc])[0] + tail
+        return head + self._ids(doc) + tail
 
+    @_serialized
     def filter(self, docs, questions) -> np.ndarray:
-        """Margins [n_docs, n_questions]; NaN for a None document."""
-        docs, questions = list(docs), _strings(questions, "questions")
+        """Margins [n_docs, n_questions]; NaN for a NULL (None, empty, blank) document."""
+        docs, questions = documents(docs), _strings(questions, "questions")
         self.tree.op += 1
-        toks = self.renderer.encode_batch(docs)
-        reqs, where = [], []
-        for q_i, q in enumerate(questions):
-            head, tail = self.renderer.filter_parts(q)
-            for d_i, ids in enumerate(toks):
-                if ids is not None:
-                    reqs.append(self._fit(d_i, head, ids, tail))
-                    where.append((d_i, q_i))
+        parts = [self.renderer.filter_parts(q) for q in questions]
         out = np.full((len(docs), len(questions)), np.nan)
-        margins = self._margins(self._run(reqs))
-        for (d_i, q_i), m in zip(where, margins):
-            out[d_i, q_i] = m
+        for lo, toks in self._chunks(docs):  # the next chunk is tokenized while this one runs
+            reqs, where = [], []
+            for q_i, (head, tail) in enumerate(parts):
+                for d_i, ids in enumerate(toks, lo):
+                    if ids is not None:
+                        reqs.append(self._fit(d_i, head, ids, tail))
+                        where.append((d_i, q_i))
+            for (d_i, q_i), m in zip(where, self._margins(self._run(reqs))):
+                out[d_i, q_i] = m
         self._stage("filter", questions, out)
         return out
 
     def score(self, docs, question: str) -> np.ndarray:
-        """P(TRUE) = sigmoid(margin) per document; NaN for None."""
+        """P(TRUE) = sigmoid(margin) per document; NaN for NULL."""
         return 1.0 / (1.0 + np.exp(-self.filter(docs, [question])[:, 0]))
 
+    @_serialized
     def chain(self, docs, questions, short_circuit: bool = True) -> np.ndarray:
         """AND of predicates in this order. Margins [n_docs, n_q]; NaN where not evaluated.
 
         A document's KV stays pinned while its next predicate runs; with
         short_circuit a FALSE (margin <= 0) skips the rest for that document.
         """
-        docs, questions = list(docs), _strings(questions, "questions")
+        docs, questions = documents(docs), _strings(questions, "questions")
         self.tree.op += 1
-        toks = self.renderer.encode_batch(docs)
+        toks = self._tokenize(docs)
         out = np.full((len(docs), len(questions)), np.nan)
         parts = [self.renderer.filter_parts(q) for q in questions]
         live = [i for i, t in enumerate(toks) if t is not None]
@@ -120,6 +146,9 @@ class Engine:
         for block in self._blocks(live, toks, parts[0][0]):
             pins = [self._pin(parts[0][0] + toks[i]) for i in block]
             try:
+                if not short_circuit:  # every predicate on every document: one call, shared words of
+                    self._chain_all(block, toks, parts, out, stages)  # the questions computed once
+                    continue
                 alive = block
                 for q_i, (head, tail) in enumerate(parts):
                     reqs = [self._fit(i, head, toks[i], tail) for i in alive]
@@ -135,44 +164,89 @@ class Engine:
         self.stats["stages"].extend(stages)
         return out
 
+    def _chain_all(self, block, toks, parts, out, stages):
+        reqs = [self._fit(i, head, toks[i], tail) for head, tail in parts for i in block]
+        m = self._margins(self._run(reqs)).reshape(len(parts), len(block))
+        for q_i in range(len(parts)):
+            out[block, q_i] = m[q_i]
+            stages[q_i]["evaluated"] += len(block)
+            stages[q_i]["passed"] += int((m[q_i] > 0).sum())
+
+    @_serialized
     def join(self, anchors, partners, question: str) -> np.ndarray:
-        """Margins [n_anchors, n_partners]; each anchor's KV computed once."""
-        anchors, partners = list(anchors), list(partners)
-        a_toks = self.renderer.encode_batch(anchors)
-        p_toks = self.renderer.encode_batch(partners)
-        out = self.join_ids(a_toks, p_toks, question)
+        """Margins [n_anchors, n_partners]; each anchor's KV computed once; NaN where either is NULL."""
+        anchors, partners = documents(anchors, "anchors"), documents(partners, "partners")
+        p_toks = self._tokenize(partners)
+        out = np.full((len(anchors), len(partners)), np.nan)
+        for lo, a_toks in self._chunks(anchors):  # anchors tokenized a chunk ahead
+            out[lo:lo + len(a_toks)] = self._join_ids(a_toks, p_toks, question, row0=lo)
         self._stage("join", [question], out.reshape(-1, 1))
         return out
 
+    @_serialized
     def join_ids(self, a_toks, p_toks, question: str) -> np.ndarray:
-        """`join` on token ids (None entries give NaN); each anchor's prefix list is built once."""
+        """`join` on token ids (None entries give NaN)."""
+        return self._join_ids(a_toks, p_toks, question)
+
+    @_serialized
+    def pairs(self, anchors, partners, question: str) -> np.ndarray:
+        """Margins [n] of the pairs (anchors[i], partners[i]) in the join layout (`render_join`).
+
+        NaN where either side is NULL. Pairs are evaluated in one call: a
+        repeated anchor's prefix is computed once and shared by its partners.
+        """
+        anchors, partners = documents(anchors, "anchors"), documents(partners, "partners")
+        if len(anchors) != len(partners):
+            raise ValueError(f"pairs needs as many partners as anchors, got {len(anchors)} and {len(partners)}")
+        self.tree.op += 1
+        distinct: dict[str, int] = {}
+        for a in anchors:
+            if a is not None:
+                distinct.setdefault(a, len(distinct))
+        a_ids = self._tokenize(list(distinct))
+        p_toks = self._tokenize(partners)
+        head, mid, post = self.renderer.join_parts(question)
+        pre = [head + a + mid for a in a_ids]  # one prefix list per distinct anchor: one tree lookup
+        reqs, where = [], []
+        for i, (a, p) in enumerate(zip(anchors, p_toks)):
+            if a is not None and p is not None:
+                k = distinct[a]
+                reqs.append(self._pair_request(i, pre[k], a_ids[k], head, mid, p, post))
+                where.append(i)
+        out = np.full(len(anchors), np.nan)
+        out[where] = self._margins(self._run(reqs))
+        self._stage("join", [question], out.reshape(-1, 1))
+        return out
+
+    def _join_ids(self, a_toks, p_toks, question: str, row0: int = 0) -> np.ndarray:
         self.tree.op += 1
         head, mid, post = self.renderer.join_parts(question)
         reqs, where = [], []
         for a_i, a in enumerate(a_toks):
             if a is None:
                 continue
-            prefix = None
+            pre = head + a + mid  # built once per anchor: every partner's request shares this list
             for p_i, p in enumerate(p_toks):
-                if p is None:
-                    continue
-                pre, suf = self._fit_join(a_i, head, a, mid, p, post)
-                if prefix is not None and len(pre) == len(prefix):
-                    pre = prefix  # the same list for every partner: one tree lookup per anchor
-                prefix = pre
-                reqs.append((pre, suf))
-                where.append((a_i, p_i))
+                if p is not None:
+                    reqs.append(self._pair_request(row0 + a_i, pre, a, head, mid, p, post))
+                    where.append((a_i, p_i))
         out = np.full((len(a_toks), len(p_toks)), np.nan)
         for (a_i, p_i), m in zip(where, self._margins(self._run(reqs))):
             out[a_i, p_i] = m
         return out
 
+    def _pair_request(self, row, pre, a, head, mid, p, post):
+        if len(pre) + len(p) + len(post) <= self._limit():
+            return pre, p + post
+        return self._fit_join(row, head, a, mid, p, post)
+
+    @_serialized
     def classify(self, docs, labels, instruction: str = "Which option describes the document best?"):
-        """(label index per doc, -1 for None; probabilities [n_docs, n_labels], NaN rows for None)."""
-        docs, labels = list(docs), _strings(labels, "labels")
+        """(label index per doc, -1 for NULL; probabilities [n_docs, n_labels], NaN rows for NULL)."""
+        docs, labels = documents(docs), _strings(labels, "labels")
         self.tree.op += 1
         head, tail = self.renderer.classify_parts(instruction, labels)
-        toks = self.renderer.encode_batch(docs)
+        toks = self._tokenize(docs)
         reqs, rows = [], []
         for i, ids in enumerate(toks):
             if ids is not None:
@@ -191,18 +265,56 @@ class Engine:
         self.stats["stages"].append({"op": "classify", "evaluated": len(rows), "passed": len(rows)})
         return idx, probs
 
+    @_serialized
     def count_tokens(self, texts) -> list[int]:
-        return [0 if t is None else len(t) for t in self.renderer.encode_batch(list(texts))]
+        return [0 if t is None else len(t) for t in self._tokenize(documents(texts, "texts"))]
 
     def reset_stats(self):
         self.stats = {"requested_tokens": 0, "fresh_tokens": 0, "reused_tokens": 0,
                       "kv_regret_tokens": 0, "min_fresh_tokens": 0, "forward_passes": 0,
-                      "requests": 0, "wall_s": 0.0, "truncated_rows": 0, "stages": []}
+                      "requests": 0, "wall_s": 0.0, "truncated_rows": 0, "stages": [],
+                      **dict.fromkeys(TREE_COUNTERS, 0)}
+        self._tree_seen = dict(self.tree.stats)
 
     # internals ---------------------------------------------------------------
     def _new_tree(self):
         self.pool = PagePool(self.rt.kv_slots)
         self.tree = PrefixTree(self.pool)
+        self._tree_seen = dict(self.tree.stats)
+
+    def _ids(self, text: str) -> list[int]:
+        """Ids of one document as rendered (no NULL rule: an empty text renders as nothing)."""
+        documents([text], "document")
+        return self.renderer.encode_docs([text])[0] if text else []
+
+    def _tokenize(self, docs: list[str | None]) -> list[list[int] | None]:
+        """Ids of checked documents (see `prompts.documents`); None stays None."""
+        return self.renderer.encode_batch(docs)
+
+    def _chunks(self, docs: list[str | None]):
+        """(first row, ids) of consecutive chunks of ~CHUNK_TOKENS_PER_BUDGET passes' tokens;
+        chunk i+1 is tokenized on a helper thread while the caller runs chunk i."""
+        want = CHUNK_TOKENS_PER_BUDGET * self.rt.token_budget * CHARS_PER_TOKEN
+        bounds, lo, size = [], 0, 0
+        for i, d in enumerate(docs):
+            size += 0 if d is None else len(d)
+            if size >= want:
+                bounds.append((lo, i + 1))
+                lo, size = i + 1, 0
+        if lo < len(docs) or not bounds:
+            bounds.append((lo, len(docs)))
+        if len(bounds) == 1:
+            yield 0, self._tokenize(docs)
+            return
+        if self._tokenizer_thread is None:
+            self._tokenizer_thread = ThreadPoolExecutor(1, thread_name_prefix="quail-tokenize")
+        submit = lambda b: self._tokenizer_thread.submit(self._tokenize, docs[b[0]:b[1]])  # noqa: E731
+        nxt = submit(bounds[0])
+        for k, b in enumerate(bounds):
+            toks = nxt.result()
+            if k + 1 < len(bounds):
+                nxt = submit(bounds[k + 1])
+            yield b[0], toks
 
     def _limit(self) -> int:
         return self.rt.max_position
@@ -245,6 +357,9 @@ class Engine:
     def _unpin(self, node: Node):
         for n in node.path():
             n.pending -= 1
+            if n.pending == 0:
+                self.tree.push(n)
+        self.tree.unlink_upward(node)
 
     @staticmethod
     def _read(launched, out: np.ndarray):
@@ -297,12 +412,13 @@ class Engine:
                 at = by_tokens.get(key)
                 if at is None:
                     at = by_tokens[key] = self.tree.insert(prefix)
+                    self.tree.mark_prefix(at)  # a prefix (document, anchor) is worth keeping for later calls
                 by_id[id(prefix)] = at
             ends.append(self.tree.insert(suffix, at=at) if suffix else at)
         return ends
 
     def _schedule(self, reqs, ends, share: bool, out: np.ndarray, t0: float) -> np.ndarray:
-        sched = Scheduler(self.tree, ends, self.rt.token_budget, retain=share)
+        sched = Scheduler(self.tree, ends, self.rt.token_budget, retain=share, ctx_budget=self.rt.ctx_budget)
         passes, last_log = 0, t0
         in_flight: deque = deque()  # launched passes whose logits are not read yet
         try:
@@ -327,8 +443,10 @@ class Engine:
         if not share:
             for i in range(len(reqs)):
                 self.tree.drop_root(("solo", i))
-        self.tree.prune()
         self.tree.trim()
+        for k, t in TREE_COUNTERS.items():
+            self.stats[k] += self.tree.stats[t] - self._tree_seen.get(t, 0)
+        self._tree_seen = dict(self.tree.stats)
         requested = sum(len(p) + len(s) for p, s in reqs)
         st = self.stats
         st["requested_tokens"] += requested

@@ -29,6 +29,27 @@ class PromptTooLong(ValueError):
             "shorten the document or use EngineConfig(on_overflow='truncate')")
 
 
+def documents(texts, what: str = "docs") -> list[str | None]:
+    """Documents checked: each `str` or None, encodable as UTF-8; NULL (None, empty or
+    whitespace only) becomes None, which every operation answers with NaN (not evaluated)."""
+    if isinstance(texts, str):
+        raise TypeError(f"{what} must be a list of documents, got one string")
+    out: list[str | None] = []
+    for i, t in enumerate(texts):
+        if t is None:
+            out.append(None)
+            continue
+        if not isinstance(t, str):
+            raise TypeError(f"{what}[{i}] (row {i}) must be a str or None, got {type(t).__name__}: {t!r:.60}")
+        try:
+            t.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise ValueError(f"{what}[{i}] (row {i}) is not valid Unicode text: {e.reason} at character "
+                             f"{e.start} ({t[max(0, e.start - 20):e.start + 1]!r})") from None
+        out.append(t if t.strip() else None)
+    return out
+
+
 @dataclass(frozen=True)
 class Answers:
     true_ids: list[int]
@@ -45,6 +66,7 @@ class PromptRenderer:
     def __init__(self, tokenizer):
         self.tok = tokenizer
         self._cache: dict[str, list[int]] = {}
+        self._docs_tok = None  # the tokenizer of documents (special-token parsing off), built on first use
         pre, post = self._chat_frame()
         self.pre, self.post = self.encode(pre), self.encode(post)
         self.answers = self._answers()
@@ -66,14 +88,32 @@ class PromptRenderer:
         return ids
 
     def encode_batch(self, texts: list[str | None]) -> list[list[int] | None]:
-        """Ids of documents, one batched tokenizer call; None stays None."""
+        """Ids of documents (special-token parsing off), one batched call; None stays None."""
         idx = [i for i, t in enumerate(texts) if t is not None and t != ""]
         out: list[list[int] | None] = [None if t is None else [] for t in texts]
         if idx:
-            enc = self.tok([texts[i] for i in idx], add_special_tokens=False)["input_ids"]
-            for i, ids in zip(idx, enc):
-                out[i] = list(ids)
+            for i, ids in zip(idx, self.encode_docs([texts[i] for i in idx])):
+                out[i] = ids
         return out
+
+    def encode_docs(self, texts: list[str]) -> list[list[int]]:
+        """Ids of document texts. Special tokens are not parsed: `<|im_start|>` in a
+        document is ordinary text, so a document cannot forge turns of the chat frame.
+        The Rust tokenizer's batch call releases the GIL (it overlaps the engine's work)."""
+        if self._docs_tok is None:
+            backend = getattr(self.tok, "backend_tokenizer", None)
+            if backend is not None and hasattr(backend, "encode_special_tokens"):
+                from tokenizers import Tokenizer
+
+                self._docs_tok = Tokenizer.from_str(backend.to_str())
+                self._docs_tok.encode_special_tokens = True
+                self._docs_tok.no_padding()
+                self._docs_tok.no_truncation()
+            else:
+                self._docs_tok = False
+        if self._docs_tok is False:
+            return [list(x) for x in self.tok(texts, add_special_tokens=False, split_special_tokens=True)["input_ids"]]
+        return [e.ids for e in self._docs_tok.encode_batch(texts, add_special_tokens=False)]
 
     def _single(self, words) -> list[int]:
         out = []

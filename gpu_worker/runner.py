@@ -5,7 +5,7 @@ import numpy as np
 import torch
 
 from .attention import AttnMeta, Group
-from .scheduler import Job
+from .scheduler import Job, base_of
 
 
 class KVCache:
@@ -31,7 +31,8 @@ class ModelRunner:
 
     def build(self, jobs: list[Job]):
         """Pack jobs (grouped by context node) into input tensors and AttnMeta."""
-        jobs = sorted(jobs, key=lambda j: (0, 0) if j.ctx is None else (1, id(j.ctx)))
+        # groups under one base (an anchor) adjacent, so their shared context is read once
+        jobs = sorted(jobs, key=lambda j: (0, 0, 0) if j.ctx is None else (1, id(base_of(j.ctx)), id(j.ctx)))
         ids, pos, write, logit_index, requests = [], [], [], [], []
         cu = [0]
         groups: list[Group] = []
@@ -59,13 +60,13 @@ class ModelRunner:
         return t(ids), t(pos), meta, requests
 
     def _group(self, ctx, seq_lo, seq_hi, tok_lo, tok_hi, cache) -> Group:
-        slots = None
-        if ctx is not None:
-            key = id(ctx)
-            if key not in cache:
-                cache[key] = self._to_device(torch.tensor(ctx.context_slots(), dtype=torch.long))
-            slots = cache[key]
-        return Group(slots, seq_lo, seq_hi, tok_lo, tok_hi)
+        if ctx is None:
+            return Group(None, seq_lo, seq_hi, tok_lo, tok_hi)
+        key = id(ctx)
+        if key not in cache:
+            cache[key] = self._to_device(torch.tensor(ctx.context_slots(), dtype=torch.long))
+        base = base_of(ctx)
+        return Group(cache[key], seq_lo, seq_hi, tok_lo, tok_hi, base_key=id(base), base_len=base.end)
 
     def _to_device(self, x: torch.Tensor) -> torch.Tensor:
         if self.device.type == "cpu":

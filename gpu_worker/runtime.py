@@ -17,6 +17,7 @@ log = logging.getLogger("gpu_worker")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 CPU_POOL_BYTES = 1 << 30  # default KV pool on CPU: 1 GiB
 CPU_POOL_MAX_TOKENS = 65536
+CTX_PER_BUDGET = 16  # context tokens a pass may read (distinct, gathered per layer) per token of its budget
 
 
 def check_fp8_gpu(capability: tuple[int, int], name: str):
@@ -35,6 +36,7 @@ class Runtime:
     token_budget: int
     max_position: int
     kv_slots: int = 0
+    ctx_budget: int = 0  # most distinct context tokens one pass reads (scheduler.Scheduler)
 
     @classmethod
     def create(cls, cfg: EngineConfig, mcfg: ModelConfig) -> "Runtime":
@@ -60,7 +62,7 @@ class Runtime:
         # CUDA: 32768 measured ~2% faster than 16384 on FILTER and JOIN (H200, BENCHMARKS.md)
         budget = cfg.token_budget or (32768 if device.type == "cuda" else 2048)
         max_pos = min(cfg.max_prompt_tokens or mcfg.max_position, mcfg.max_position)
-        return cls(cfg, device, DTYPES[name], ops, budget, max_pos)
+        return cls(cfg, device, DTYPES[name], ops, budget, max_pos, ctx_budget=CTX_PER_BUDGET * budget)
 
     def size_pool(self, mcfg: ModelConfig):
         """KV slots: the configured number, else what free memory allows."""
@@ -68,16 +70,19 @@ class Runtime:
         if self.config.kv_pool_tokens:
             slots = self.config.kv_pool_tokens
         elif self.device.type == "cuda":
+            # beside the pool: two passes' activations (one runs while the next is planned and launched)
+            # and the largest context gather a pass can plan (one layer's K and V of ctx_budget tokens)
             free, _ = torch.cuda.mem_get_info(self.device)
             act = self.activation_bytes(mcfg)
-            slots = int((free - 2 * act - (2 << 30)) * 0.9) // per_slot
+            gather = self.ctx_budget * (per_slot // mcfg.num_layers)
+            slots = int((free - 2 * act - gather - (2 << 30)) * 0.9) // per_slot
             if slots < 4096:
                 raise RuntimeError(f"GPU has {free / 2**30:.1f} GiB free after weights: too little for the KV pool")
         else:
             slots = min(CPU_POOL_MAX_TOKENS, CPU_POOL_BYTES // per_slot)
         self.kv_slots = max(16, slots // 16 * 16)
-        log.info("KV pool: %d slots (%.2f GiB), token budget %d", self.kv_slots,
-                 self.kv_slots * per_slot / 2**30, self.token_budget)
+        log.info("KV pool: %d slots (%.2f GiB), token budget %d, context budget %d", self.kv_slots,
+                 self.kv_slots * per_slot / 2**30, self.token_budget, self.ctx_budget)
 
     def activation_bytes(self, mcfg: ModelConfig) -> int:
         """Peak activation bytes of one forward pass at the token budget (rough, generous)."""

@@ -9,6 +9,13 @@ rows become one sequence with several outputs). A job longer than the
 budget left is cut at a node boundary made for it, and the cut part is kept
 in the pool for the rest. Nodes whose KV later requests need are stored;
 if the pool cannot hold them, the later requests recompute them (regret).
+Optional KV (no pending user) is kept only for nodes inside a request's
+prefix (a document, an anchor: what a later call can reuse), and only in free
+pages: a single-use suffix never fills the pool.
+
+A pass reads the KV of its jobs' contexts; their distinct tokens (a shared
+base counted once, see `base_of`) stay within `ctx_budget`, so the gathers
+of the largest pass any call can plan fit in the memory set aside for them.
 """
 from __future__ import annotations
 
@@ -25,6 +32,7 @@ class Job:
     nodes: list[Node]
     store: list[list[int] | None]  # slots per node, None where its KV is not kept
     outputs: list[tuple[int, int]] = field(default_factory=list)  # (token offset, request)
+    optional: set[int] = field(default_factory=set)  # indices of nodes stored with no pending user
 
     @property
     def start(self) -> int:
@@ -38,8 +46,10 @@ class Job:
 class Scheduler:
     """One call's worth of requests, each given by the tree node it ends at."""
 
-    def __init__(self, tree: PrefixTree, ends: list[Node], budget: int, retain: bool = True):
+    def __init__(self, tree: PrefixTree, ends: list[Node], budget: int, retain: bool = True,
+                 ctx_budget: int | None = None):
         self.tree, self.budget, self.retain = tree, budget, retain
+        self.ctx_budget = ctx_budget if ctx_budget is not None else 16 * budget
         self.ends = ends
         self.served = [False] * len(ends)
         self.pass_id = 0
@@ -53,13 +63,29 @@ class Scheduler:
         self.cursor = 0
 
     def _dfs_order(self) -> list[int]:
-        """Requests in depth-first order of the tree (each ends at exactly one node)."""
+        """Requests in depth-first order of the tree (each ends at exactly one node).
+
+        Walks only the nodes of this call's requests (each once), not the tree.
+        """
+        kids: dict[int, list[Node]] = {}  # id(node) -> its children on this call's paths
+        seen: set[int] = set()
+        tops: list[Node] = []
+        for node in self.ends:
+            n = node
+            while id(n) not in seen:
+                seen.add(id(n))
+                if n.parent is None:
+                    tops.append(n)
+                    break
+                kids.setdefault(id(n.parent), []).append(n)
+                n = n.parent
         out: list[int] = []
-        stack = list(self.tree.roots.values())[::-1]
+        stack = tops[::-1]
         while stack:
             n = stack.pop()
             out.extend(n.ends)
-            stack.extend(n.children[t] for t in sorted(n.children, reverse=True))
+            below = kids.get(id(n)) or []
+            stack.extend(sorted(below, key=lambda c: c.tokens[0], reverse=True))
         return out
 
     @property
@@ -71,6 +97,7 @@ class Scheduler:
         self.pass_id = self.tree.passes
         jobs: list[Job] = []
         room = self.budget
+        self._ctx_ids, self._base_ids, self._ctx_tokens, self._stop = set(), set(), 0, False
         i = self.cursor
         while i < len(self.order) and room >= MIN_CHUNK:
             r = self.order[i]
@@ -78,6 +105,8 @@ class Scheduler:
             if self.served[r]:
                 continue
             job = self._job_for(self.ends[r], room, first=not jobs)
+            if self._stop:
+                break
             if job is None:
                 continue
             jobs.append(job)
@@ -100,6 +129,9 @@ class Scheduler:
         ctx = path[k - 1] if k > 0 else None
         if any(n.inflight == self.pass_id for n in todo) or (ctx is not None and ctx.inflight == self.pass_id):
             return None  # depends on KV this pass is computing
+        if ctx is not None and not self._ctx_fits(ctx, first):
+            self._stop = True
+            return None
         last = todo[-1]
         while True:  # follow a chain of single pending children
             live = [c for c in last.children.values() if c.pending > 0 and c.slots is None]
@@ -118,7 +150,14 @@ class Scheduler:
         if job is None:
             chain = last.path()[k:]
             job = Job(ctx, chain, [None] * len(chain))
-            self._store_some(job)
+            if not self._store_some(job) and not first:
+                for slots in job.store:  # the pool is held by KV this pass still reads: wait for it
+                    if slots is not None:
+                        self.tree.pool.release(slots)
+                self._stop = True  # ends the pass
+                return None
+        if ctx is not None:
+            self.tree.mark_read(ctx)
         for n in job.nodes:
             n.inflight = self.pass_id
             if n.op == self.tree.op:
@@ -133,6 +172,19 @@ class Scheduler:
                     self.served[r] = True
         self.fresh += job.num_tokens
         return job
+
+    def _ctx_fits(self, ctx: Node, first: bool) -> bool:
+        """Count the context this job reads against the pass's ctx_budget (the first job always fits)."""
+        if id(ctx) in self._ctx_ids:
+            return True
+        base = base_of(ctx)
+        cost = ctx.end - base.end + (0 if id(base) in self._base_ids else base.end)
+        if not first and self._ctx_tokens + cost > self.ctx_budget:
+            return False
+        self._ctx_ids.add(id(ctx))
+        self._base_ids.add(id(base))
+        self._ctx_tokens += cost
+        return True
 
     def _cut(self, todo: list[Node], room: int) -> list[Node]:
         """Split the chain so that its first part has exactly `room` tokens."""
@@ -168,31 +220,50 @@ class Scheduler:
             job.store[idx] = slots
         return True
 
-    def _store_some(self, job: Job):
-        """Keep KV prefix-closed: needed nodes may evict, optional retention never does."""
+    def _store_some(self, job: Job) -> bool:
+        """Keep KV prefix-closed: needed nodes may evict; optional retention (prefix nodes only,
+        where a later call can reuse them) takes free pages and never evicts. False when a node
+        later requests need could not be kept (they would recompute it)."""
         after = self._users_after(job)
         for idx, n in enumerate(job.nodes):
             if n.slots is not None:  # recomputed for its logits only; KV already kept
                 continue
             if after[idx] > 0:
                 slots = self.tree.allocate(len(n.tokens))
-            elif self.retain and self.tree.pool.can_allocate(len(n.tokens)):
+                if slots is None:
+                    return False
+            elif self.retain and n.prefix and self.tree.pool.can_allocate(len(n.tokens)):
                 slots = self.tree.pool.allocate(len(n.tokens))
+                job.optional.add(idx)
             else:
                 slots = None
             if slots is None:
                 break
             job.store[idx] = slots
+        return True
 
     def finish(self, jobs: list[Job]):
         """After the pass ran: stored nodes become resident; served requests unpin."""
+        tree = self.tree
         for job in jobs:
-            for n, slots in zip(job.nodes, job.store):
+            for idx, (n, slots) in enumerate(zip(job.nodes, job.store)):
                 if slots is not None and n.slots is None:
-                    n.slots = slots
-                self.tree.touch(n)
+                    tree.set_slots(n, slots, optional=idx in job.optional)
+            tree.touch(job.nodes[-1])  # the job's nodes are all on this path
             for _, r in job.outputs:
-                for n in self.ends[r].path():
+                end = self.ends[r]
+                end.ends.remove(r)
+                for n in end.path():
                     n.pending -= 1
-                self.ends[r].ends.remove(r)
+                    if n.pending == 0:
+                        tree.push(n)
+                tree.unlink_upward(end)
 
+
+def base_of(ctx: Node) -> Node:
+    """The deepest prefix node at or above `ctx` (an anchor under its partners' shared words):
+    contexts below one base share its KV in a pass. `ctx` itself when no prefix node is above it."""
+    n = ctx
+    while not n.prefix and n.parent is not None:
+        n = n.parent
+    return n if n.prefix else ctx

@@ -61,6 +61,8 @@ def smollm2_gguf_path() -> Path:
 def resolve(model: str, cache_dir: str | None = None, seed: int = 0, tokenizer: str | None = None) -> ModelSource:
     """Turn a model name or path into a loadable source (converting GGUF once)."""
     if model in RANDOM_SHAPES:
+        # machines without the SmolLM2 GGUF (the GPU image) name its tokenizer folder in QUAIL_TOKENIZER
+        tokenizer = tokenizer or os.environ.get("QUAIL_TOKENIZER") or None
         if tokenizer is not None:
             tok = Path(tokenizer).expanduser()
             if not (tok / "tokenizer.json").is_file():

@@ -13,7 +13,7 @@ from gpu_worker.reference import hf_margin, hf_model, last_logits
 
 DOCS = [
     "The refund never arrived and support ignored me.", "A quiet walk in the park.",
-    "Stocks fell 3% after the earnings call.", "", "My cat sleeps on the keyboard.",
+    "Stocks fell 3% after the earnings call.", "Fine.", "My cat sleeps on the keyboard.",
     "The pasta was cold and overpriced.", "Rain is expected tomorrow.", "I love this phone!",
     "The train was late again.", "Aspirin caused a mild rash.", "Python 3.13 was released.",
     "The hotel room smelled of smoke.", "Great service, fast delivery.", "Goal in the last minute!",

@@ -102,6 +102,42 @@ def test_build_plan_no_context():
     assert starts == sorted(starts, reverse=True)  # deepest causal blocks first
 
 
+def _shared_base_meta(device="cpu"):
+    """A join pass: 2 partners right under anchor A (40 slots), 2 below a word they share (A + 2 slots),
+    1 below another word (A + 1 slot), then a group of anchor B (30 slots) with no base in common."""
+    a, b = list(range(100, 140)), list(range(200, 230))
+    meta = make_meta([3, 2, 4, 3, 5, 6], [(2, a), (2, a + [7, 8]), (1, a + [9]), (1, b)], device)
+    for grp, key in zip(meta.groups, (1, 1, 1, 2)):
+        grp.base_key, grp.base_len = key, 40 if key == 1 else 30
+    return meta
+
+
+def test_build_plan_reads_a_shared_base_once():
+    plan = build_plan(_shared_base_meta(), "cpu", n_rep=4, fold=False, ctx_block_m=64)
+    # one segment over the 17 query rows of anchor A's three groups, one over B's
+    assert plan.ctx_seg.tolist() == [[0, 17], [17, 6], [0, 40], [40, 30]]
+    # the shared words: a second segment per group below A, merged after the first
+    assert plan.ctx_seg2.tolist() == [[5, 12], [7, 5], [70, 72], [2, 1]]
+    assert plan.ctx_slots.tolist() == list(range(100, 140)) + list(range(200, 230)) + [7, 8, 9]
+
+
+@needs_triton
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_shared_base_attention_matches_torch(dtype):
+    n_q, n_kv, d = 4, 2, 32
+    meta = _shared_base_meta(DEVICE)
+    g = torch.Generator().manual_seed(3)
+    T = meta.cu_seqlens[-1]
+    q, k, v = (torch.randn(T, h, d, generator=g).to(DEVICE, dtype) for h in (n_q, n_kv, n_kv))
+    kc, vc = (torch.randn(256, n_kv, d, generator=g).to(DEVICE, dtype) for _ in range(2))
+    ops = CudaOps(use_triton=True, self_attn="triton", ctx_attn="fused", fold=False)
+    ops.prepare_meta(meta, torch.device(DEVICE))
+    out = ops.attention(q, k, v, kc, vc, meta)
+    ref = split_attention_torch(q.double(), k.double(), v.double(), kc.double(), vc.double(), meta)
+    tol = (2e-2 if CUDA else 1e-4) if dtype == torch.float32 else 3e-2
+    torch.testing.assert_close(out.double(), ref, atol=tol, rtol=tol)
+
+
 CASES = [  # (sequence lengths, groups) ; context slots index a 256-slot cache
     ([5], [(1, None)]),
     ([7, 3, 2, 4, 5], [(1, None), (3, list(range(10, 31))), (1, [1, 2])]),
@@ -180,7 +216,9 @@ def test_engine_with_cuda_ops_matches_torch_ops(ctx_attn):
     _, tail2 = ref.renderer.filter_parts("Is it long?")
     jh, jm, jp = ref.renderer.join_parts("Does 1 mention 2?")
     reqs = [(head + d, tail) for d in docs] + [(head + d, tail2) for d in docs]
-    reqs += [(jh + docs[0] + jm, p + jp) for p in ([5, 6, 7], [8, 9], [300, 301, 302, 303])]
+    # partners sharing first tokens split below the anchor: contexts below a shared base
+    reqs += [(jh + docs[0] + jm, p + jp) for p in ([5, 6, 7], [8, 9], [300, 301, 302, 303], [300, 301, 9],
+                                                   [300, 5])]
     want = ref._margins(ref._run(reqs))
     got = eng._margins(eng._run(reqs))
     assert eng.stats["fresh_tokens"] < eng.stats["requested_tokens"]  # contexts were reused

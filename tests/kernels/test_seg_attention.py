@@ -93,3 +93,29 @@ def test_bad_arguments():
         seg_attention(torch.randn(6, 5, 16, device=DEVICE), k, k, seg, items, 8)
     with pytest.raises(ValueError, match=r"k must have contiguous heads"):
         seg_attention(q, k.transpose(0, 1).contiguous().transpose(0, 1), k, seg, items, 8)
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="the production launch (TMA, 128-key tiles) runs compiled only")
+@pytest.mark.parametrize("merge", [False, True])
+def test_production_launch_matches_ref(merge):
+    """The launch the engine uses for shared contexts on the H200 (gpu_worker.cuda_ops.CTX_CONFIG):
+    d=128, 32 query / 8 KV heads, 128-row query tiles, 128-key tiles, 3 stages, keys through TMA
+    descriptors; bf16, a join's shape (one anchor's partners against its context, odd lengths)."""
+    from gpu_worker.cuda_ops import CTX_CONFIG
+
+    n_q, n_kv, d = 32, 8, 128
+    seg, T, C = _layout([1013, 45, 7], [5003, 129, 4100])
+    g = torch.Generator().manual_seed(7)
+    q = torch.randn(T, n_q, d, generator=g).to(torch.bfloat16)
+    k, v = (torch.randn(C, n_kv, d, generator=g).to(torch.bfloat16) for _ in range(2))
+    out0, lse0 = torch.randn(T, n_q, d, generator=g).to(torch.bfloat16), torch.randn(T, n_q, generator=g)
+    bt = seg_block_t(n_q // n_kv, CTX_CONFIG["block_m"])
+    items = torch.from_numpy(seg_items(seg[1], bt)).cuda()
+    out, lse = seg_attention(q.cuda(), k.cuda(), v.cuda(), torch.from_numpy(seg).cuda(), items, bt,
+                             out=out0.clone().cuda(), lse=lse0.clone().cuda(), merge=merge,
+                             block_n=CTX_CONFIG["block_n"], num_warps=CTX_CONFIG["num_warps"],
+                             num_stages=CTX_CONFIG["num_stages"], tma=CTX_CONFIG["tma"])
+    ref_o, ref_l = seg_attention_ref(q, k, v, seg, out=out0, lse=lse0, merge=merge)
+    rows = np.concatenate([np.arange(s, s + n) for s, n in zip(seg[0], seg[1])])
+    torch.testing.assert_close(out.cpu().float()[rows], ref_o[rows], atol=3e-2, rtol=3e-2)  # bf16 inputs
+    torch.testing.assert_close(lse.cpu()[rows], ref_l[rows], atol=2e-2, rtol=2e-2)
