@@ -219,8 +219,9 @@ def executor(args, eng, dev, sz, res):
     _, st = timed(eng, dev, lambda: sum(b.num_rows for b in part.run_pipeline(
         eng, table.to_batches(max_chunksize=256), spec, part.Recorder())))
     out["FILTER"] = st
-    _, st_api = timed(eng, dev, lambda: eng.filter(docs, [wl.QUESTION]))
-    out["FILTER public API, same documents"] = st_api
+    docs2 = w.texts(sz["filter_docs"], sz["doc_words"])  # fresh documents: nothing cached
+    _, st_api = timed(eng, dev, lambda: eng.filter(docs2, [wl.QUESTION]))
+    out["FILTER public API, fresh documents"] = st_api
     anchors, partners = w.texts(sz["join_anchors"], sz["anchor_words"]), w.partners(sz["join_partners"])
     pdoc = part.Doc(("term",), ("term",))
     plist = pa.array([[{"term": p} for p in partners]] * len(anchors))
@@ -233,7 +234,7 @@ def executor(args, eng, dev, sz, res):
     _, st_api = timed(eng, dev, lambda: eng.join(anchors2, partners, wl.JOIN_QUESTION))
     out["JOIN public API, fresh anchors"] = st_api
     for k in ("FILTER", "JOIN"):
-        api = out[f"{k} public API, same documents" if k == "FILTER" else f"{k} public API, fresh anchors"]
+        api = out[f"{k} public API, fresh documents" if k == "FILTER" else f"{k} public API, fresh anchors"]
         out[k]["over_public_api"] = out[k]["requested_tok_s"] / api["requested_tok_s"]
         log.info("EXECUTOR %s: %.0f requested tok/s, %.2f of the public API", k, out[k]["requested_tok_s"],
                  out[k]["over_public_api"])

@@ -29,7 +29,7 @@ from .scheduler import Scheduler
 
 log = logging.getLogger("gpu_worker")
 
-CHUNK_TOKENS_PER_BUDGET = 8  # documents are tokenized and run in chunks of ~8 passes' tokens
+CHUNK_TOKENS_PER_BUDGET = (2, 16)  # documents run in chunks of ~2 passes' tokens, then ~16 (tokenized a chunk ahead)
 CHARS_PER_TOKEN = 4  # to size a chunk before it is tokenized
 TREE_COUNTERS = {"kv_kept_tokens": "kept_tokens", "kv_kept_unread_tokens": "kept_unread_tokens",
                  "evict_visited": "evict_visited", "evicted_nodes": "evicted_nodes"}
@@ -292,13 +292,13 @@ class Engine:
         return self.renderer.encode_batch(docs)
 
     def _chunks(self, docs: list[str | None]):
-        """(first row, ids) of consecutive chunks of ~CHUNK_TOKENS_PER_BUDGET passes' tokens;
+        """(first row, ids) of consecutive chunks (sizes: CHUNK_TOKENS_PER_BUDGET);
         chunk i+1 is tokenized on a helper thread while the caller runs chunk i."""
-        want = CHUNK_TOKENS_PER_BUDGET * self.rt.token_budget * CHARS_PER_TOKEN
+        first, rest = (k * self.rt.token_budget * CHARS_PER_TOKEN for k in CHUNK_TOKENS_PER_BUDGET)
         bounds, lo, size = [], 0, 0
-        for i, d in enumerate(docs):
+        for i, d in enumerate(docs):  # a small first chunk: little tokenization before the device starts
             size += 0 if d is None else len(d)
-            if size >= want:
+            if size >= (rest if bounds else first):
                 bounds.append((lo, i + 1))
                 lo, size = i + 1, 0
         if lo < len(docs) or not bounds:

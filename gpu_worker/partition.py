@@ -129,17 +129,23 @@ class RowError(ValueError):
     and position), or more join partners than the setting allows (named by its key)."""
 
 
-def chunks(batches: Iterable[pa.RecordBatch], rows: int) -> Iterator[pa.Table]:
-    """Gather record batches into tables of at least ``rows`` rows (the last may be smaller)."""
-    held, n = [], 0
+CHUNK_BYTES = 1 << 20  # with no LIMIT, a chunk also holds >= 1 MiB (~250k tokens of text: ~8 full passes)
+
+
+def chunks(batches: Iterable[pa.RecordBatch], rows: int, min_bytes: int = 0) -> Iterator[pa.Table]:
+    """Gather record batches into tables of at least ``rows`` rows and ``min_bytes`` bytes
+    (the last may be smaller): an engine call per few hundred short rows would leave the
+    device idle between calls."""
+    held, n, size = [], 0, 0
     for b in batches:
         if b.num_rows == 0:
             continue
         held.append(b)
         n += b.num_rows
-        if n >= rows:
+        size += b.nbytes
+        if n >= rows and size >= min_bytes:
             yield pa.Table.from_batches(held)
-            held, n = [], 0
+            held, n, size = [], 0, 0
     if held:
         yield pa.Table.from_batches(held)
 
@@ -151,7 +157,7 @@ def run_pipeline(engine, batches, spec: PipelineSpec, rec: Recorder,
     ``where(i)`` describes the i-th row of the partition in error messages.
     """
     seen, left = 0, spec.limit  # rows of the partition before this chunk; output rows still wanted
-    for table in chunks(batches, spec.chunk_rows):
+    for table in chunks(batches, spec.chunk_rows, CHUNK_BYTES if spec.limit is None else 0):
         if left is not None and left <= 0:
             return
         n_in = table.num_rows
@@ -263,22 +269,15 @@ def run_join_pairs(engine, batches, spec: JoinSpec, rec: Recorder,
         if left is not None and left <= 0:
             return
         anchors, partners = spec.anchor.texts(table), spec.partner.texts(table)
-        keep = []
         before = _counters(engine)
-        try:
-            start = 0
-            while start < len(anchors):
-                end = start + 1
-                while end < len(anchors) and anchors[end] == anchors[start]:
-                    end += 1
-                m = engine_call(lambda: engine.join([anchors[start]], partners[start:end], spec.question)[0],
-                          spec.anchor, [seen + start], [anchors[start]], where)
-                done = ~np.isnan(m)
-                rec.stage(spec.stage, done.sum(), (m[done] > 0).sum())
-                keep.extend(start + k for k in np.nonzero(np.nan_to_num(m, nan=-1.0) > 0)[0])
-                start = end
+        try:  # one engine call for the chunk: each anchor's prefix computed once for its partners
+            m = engine_call(lambda: engine.pairs(anchors, partners, spec.question), spec.anchor,
+                            range(seen, seen + len(anchors)), anchors, where)
         finally:
             rec.engine_delta(before, _counters(engine))
+        done = ~np.isnan(m)
+        rec.stage(spec.stage, done.sum(), (m[done] > 0).sum())
+        keep = np.nonzero(np.nan_to_num(m, nan=-1.0) > 0)[0].tolist()
         seen += table.num_rows
         if left is not None:
             keep, left = keep[:left], left - min(left, len(keep))

@@ -2,6 +2,7 @@
 token budget and the number of KV slots."""
 from __future__ import annotations
 
+import gc
 import logging
 import os
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ log = logging.getLogger("gpu_worker")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 CPU_POOL_BYTES = 1 << 30  # default KV pool on CPU: 1 GiB
 CPU_POOL_MAX_TOKENS = 65536
+CUDA_POOL_MAX_TOKENS = 1 << 23  # a small model does not take the whole GPU (8M tokens: 1.1 TiB for Qwen3-4B)
 CTX_PER_BUDGET = 16  # context tokens a pass may read (distinct, gathered per layer) per token of its budget
 
 
@@ -72,10 +74,12 @@ class Runtime:
         elif self.device.type == "cuda":
             # beside the pool: two passes' activations (one runs while the next is planned and launched)
             # and the largest context gather a pass can plan (one layer's K and V of ctx_budget tokens)
+            gc.collect()  # engines dropped earlier in this process: their pools go back first
+            torch.cuda.empty_cache()
             free, _ = torch.cuda.mem_get_info(self.device)
             act = self.activation_bytes(mcfg)
             gather = self.ctx_budget * (per_slot // mcfg.num_layers)
-            slots = int((free - 2 * act - gather - (2 << 30)) * 0.9) // per_slot
+            slots = min(CUDA_POOL_MAX_TOKENS, int((free - 2 * act - gather - (2 << 30)) * 0.9) // per_slot)
             if slots < 4096:
                 raise RuntimeError(f"GPU has {free / 2**30:.1f} GiB free after weights: too little for the KV pool")
         else:
