@@ -140,7 +140,11 @@ class Scheduler:
             last = live[0]
             todo.append(last)
         job = None
-        if sum(len(n.tokens) for n in todo) > room:
+        total = sum(len(n.tokens) for n in todo)
+        if total > room:
+            if not first and not self.tree.pool.can_allocate(total):
+                self._stop = True  # starting it would pin pages for a chain the pool cannot finish now:
+                return None  # the next pass begins with it and may evict for it
             cut = self._cut(todo, room)
             job = Job(ctx, cut, [None] * len(cut))
             if not self._store_all(job):
