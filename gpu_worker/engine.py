@@ -113,7 +113,8 @@ class Engine:
         self.tree.op += 1
         parts = [self.renderer.filter_parts(q) for q in questions]
         out = np.full((len(docs), len(questions)), np.nan)
-        for lo, toks in self._chunks(docs):  # the next chunk is tokenized while this one runs
+        extra = sum(len(tail) for _, tail in parts)
+        for lo, toks in self._chunks(docs, extra):  # the next chunk is tokenized while this one runs
             reqs, where = [], []
             for q_i, (head, tail) in enumerate(parts):
                 for d_i, ids in enumerate(toks, lo):
@@ -291,9 +292,14 @@ class Engine:
         """Ids of checked documents (see `prompts.documents`); None stays None."""
         return self.renderer.encode_batch(docs)
 
-    def _chunks(self, docs: list[str | None]):
+    def _chunks(self, docs: list[str | None], extra: int | None = None):
         """(first row, ids) of consecutive chunks (sizes: CHUNK_TOKENS_PER_BUDGET);
-        chunk i+1 is tokenized on a helper thread while the caller runs chunk i."""
+        chunk i+1 is tokenized on a helper thread while the caller runs chunk i.
+
+        extra: fresh tokens each document adds beyond its ids (a filter's tails); when given, a
+        chunk ends where its fresh tokens fill whole passes and the rows after move to the next
+        chunk, so a chunk boundary does not leave a nearly empty pass.
+        """
         first, rest = (k * self.rt.token_budget * CHARS_PER_TOKEN for k in CHUNK_TOKENS_PER_BUDGET)
         bounds, lo, size = [], 0, 0
         for i, d in enumerate(docs):  # a small first chunk: little tokenization before the device starts
@@ -310,11 +316,21 @@ class Engine:
             self._tokenizer_thread = ThreadPoolExecutor(1, thread_name_prefix="quail-tokenize")
         submit = lambda b: self._tokenizer_thread.submit(self._tokenize, docs[b[0]:b[1]])  # noqa: E731
         nxt = submit(bounds[0])
+        lo, carry = 0, []
         for k, b in enumerate(bounds):
-            toks = nxt.result()
+            toks = carry + nxt.result()
             if k + 1 < len(bounds):
                 nxt = submit(bounds[k + 1])
-            yield b[0], toks
+                cut = len(toks) if extra is None else self._whole_passes(toks, extra)
+                toks, carry = toks[:cut], toks[cut:]
+            yield lo, toks
+            lo += len(toks)
+
+    def _whole_passes(self, toks, extra: int) -> int:
+        """Rows of `toks` whose fresh tokens fill the most whole passes (at least one row)."""
+        cum = np.cumsum([0 if t is None else len(t) + extra for t in toks])
+        whole = cum[-1] // self.rt.token_budget * self.rt.token_budget
+        return max(1, int(np.searchsorted(cum, whole, side="right")))
 
     def _limit(self) -> int:
         return self.rt.max_position

@@ -142,9 +142,12 @@ class Scheduler:
         job = None
         total = sum(len(n.tokens) for n in todo)
         if total > room:
-            if not first and not self.tree.pool.can_allocate(total):
-                self._stop = True  # starting it would pin pages for a chain the pool cannot finish now:
-                return None  # the next pass begins with it and may evict for it
+            pool = self.tree.pool
+            if not first and 4 * pool.pages_for(total) > pool.num_pages and not pool.can_allocate(total):
+                # a chain over a quarter of the pool, started in the leftover room of a pass, would pin
+                # pages that chains started before it still need: the next pass begins with it instead
+                self._stop = True
+                return None
             cut = self._cut(todo, room)
             job = Job(ctx, cut, [None] * len(cut))
             if not self._store_all(job):
