@@ -162,13 +162,4 @@ def _margins_or_labels(eng, call: Call, columns, rows) -> list:
 
 def _pair_margins(eng, anchors, partners, question) -> np.ndarray:
     """Element-wise (anchor_i, partner_i) margins in the join layout, grouped by anchor."""
-    out = np.full(len(anchors), np.nan)
-    groups: dict[str, list[int]] = {}
-    for i, a in enumerate(anchors):
-        groups.setdefault(a, []).append(i)
-    for a, idx in groups.items():
-        try:
-            out[idx] = eng.join([a], [partners[i] for i in idx], question)[0]
-        except PromptTooLong as e:
-            raise PromptTooLong(idx[0], e.n_tokens, e.limit) from None
-    return out
+    return eng.pairs(list(anchors), list(partners), question)  # PromptTooLong names the pair's row
