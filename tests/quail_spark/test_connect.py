@@ -1,0 +1,29 @@
+"""Spark Connect: install(), spark.sql and QuailSession under ``builder.remote("local[2]")`` give
+the rows of the classic session (the Connect session runs in a subprocess: connect_queries.py)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("grpc", reason="Spark Connect needs the pyspark[connect] extra (grpcio ...)")
+
+import connect_queries  # noqa: E402  (beside this file, like spark_fixtures)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_connect_gives_the_rows_of_the_classic_session(spark, qs):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+           "SPARK_TESTING": "1"}  # an ephemeral gRPC port: no clash with another local server
+    proc = subprocess.run([sys.executable, connect_queries.__file__], env=env, capture_output=True,
+                          text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    classic = connect_queries.run(spark)
+    assert got["rows"] == classic["rows"]
+    assert got["explain"] and got["report"]["requested_tokens"] >= 0
