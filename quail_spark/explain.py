@@ -165,9 +165,11 @@ def explain_text(df, calls, model: C.CostModel, doc_tokens=None) -> str:
                                model.text_tokens(_question(c)))
         anchor = _anchor(c, node, sides, costs)
         pairs = (lrows or 1.0) * (rrows or 1.0)
-        out.append(f"  {_call(c)}: anchor {anchor[0]} ({_n(anchor[1])} rows), partner "
-                   f"{anchor[2]} ({_n(anchor[3])} rows); SoL left-anchored "
-                   f"{_s(costs['left'].seconds)}, right-anchored {_s(costs['right'].seconds)}")
+        missing = [name for name, rows in sides if rows is None]
+        unit = " per pair" if len(missing) == 2 else f" per row of {missing[0]}" if missing else ""
+        out.append(f"  {_call(c)}: anchor {anchor[0]} ({_n(anchor[1])} rows; {anchor[4]}), partner "
+                   f"{anchor[2]} ({_n(anchor[3])} rows); SoL{unit} with {lname} as anchor "
+                   f"{_s(costs['left'].seconds)}, with {rname} {_s(costs['right'].seconds)}")
         chosen = costs["left"] if anchor[0] == lname else costs["right"]
         known = lrows is not None and rrows is not None
         total, evaluated = _add(total, evaluated, chosen, pairs, pairs if known else None, unknown, c.template)
@@ -237,13 +239,22 @@ def _attr(text: str, arg: str) -> str | None:
 
 
 def _anchor(c, node: PlanNode, sides, costs):
-    """(anchor column, rows, partner column, rows): the hint's, else the cheaper SoL side."""
+    """(anchor column, rows, partner column, rows, why): the column the rules' quail_join sorts
+    by, else the hint's table, else the cheaper SoL side when Spark knows both sides' rows,
+    else the template's first column (the prompt's DOCUMENT, whose KV is shared)."""
     (lname, lrows), (rname, rrows) = sides
     hint = c.hint("anchor")
-    left = costs["left"].seconds <= costs["right"].seconds
-    if hint is not None:
-        left = lname.split(".")[0] == hint or lname == hint
-    return (lname, lrows, rname, rrows) if left else (rname, rrows, lname, lrows)
+    sort = next((k for k in node.children if k.text.startswith("Sort [")), None)
+    if "quail_join" in node.text and sort is not None:
+        key = sort.text[len("Sort ["):].split(" ")[0]
+        left, why = _attr(key, lname) == key, "the rules' quail_join, sorted by it"
+    elif hint is not None:
+        left, why = lname.split(".")[0] == hint or lname == hint, "hint"
+    elif lrows is not None and rrows is not None:
+        left, why = costs["left"].seconds <= costs["right"].seconds, "SoL cost model"
+    else:
+        left, why = lname == c.args[0], "the template's first column; rows unknown"
+    return (lname, lrows, rname, rrows, why) if left else (rname, rrows, lname, lrows, why)
 
 
 def _add(total, evaluated, cost, prompts, rows, unknown, what):
