@@ -44,6 +44,7 @@ class PlanNode:
     depth: int
     rows: float | None
     children: list = field(default_factory=list)
+    parent: "PlanNode | None" = None
 
     def subtree_text(self) -> str:
         return "\n".join([self.text] + [c.subtree_text() for c in self.children])
@@ -77,6 +78,7 @@ def parse_plan(text: str) -> PlanNode | None:
             stack.pop()
         if stack:
             stack[-1].children.append(node)
+            node.parent = stack[-1]
         elif root is None:
             root = node
         stack.append(node)
@@ -126,68 +128,91 @@ def _where(root: PlanNode, call) -> PlanNode | None:
 
 def explain_text(df, calls, model: C.CostModel, doc_tokens=None) -> str:
     """Spark's plans and our estimates for ``df`` whose AI calls are ``calls``."""
-    text = plan_text(df)
+    return explain_plan(plan_text(df), calls, model, doc_tokens)
+
+
+def explain_plan(text: str, calls, model: C.CostModel, doc_tokens=None) -> str:
+    """``text`` (``explain(mode='cost')`` output) followed by our estimates for ``calls``."""
     root = parse_plan(text)
-    tokens = _doc_tokens(doc_tokens)
     out = [text.rstrip()]
     if root is None:
         return "\n".join(out + ["(no optimized plan in Spark's explain output: estimates skipped)"])
     chains, joins, columns = _sites(root, calls)
-    total = C.Cost()
-    evaluated = 0.0
-    unknown = []
+    total = _Total(model, _doc_tokens(doc_tokens))
     if chains:
         out.append("== AI filter order (evaluation order; rank = SoL s per row / (1 - selectivity)) ==")
-    for (node, doc), members in chains.items():
-        rows = _input_rows(node)
+        out += [line for (node, doc), members in chains.items() for line in total.chain(node, doc, members)]
+    if joins:
+        out.append("== AI join anchors (SoL seconds with each side as the anchor) ==")
+        out += [total.join(node, c, sides) for node, c, sides in joins]
+    if columns:
+        out.append("== AI columns ==")
+        out += [total.column(node, c, doc) for node, c, doc in columns]
+    t = total.cost
+    per_row = f"; per input row where rows are unknown ({', '.join(total.unknown)})" if total.unknown else ""
+    out += ["== SoL estimate ==",
+            f"total: {total.prompts:,.0f} prompts; {t.tokens:,.0f} tokens requested, {t.fresh:,.0f} fresh; "
+            f"SoL {_s(t.seconds)} ({model.shape.name} at {model.rate / 1e12:g} TFLOP/s){per_row}; documents "
+            f"assumed {_describe_tokens(doc_tokens)} tokens (Spark has no text lengths)"]
+    return "\n".join(out)
+
+
+class _Total:
+    """Prices each AI site with the cost model, returns its lines, and sums the estimate."""
+
+    def __init__(self, model: C.CostModel, tokens):
+        self.model, self.tokens = model, tokens
+        self.cost, self.prompts, self.unknown = C.Cost(), 0.0, []
+
+    def add(self, cost: C.Cost, prompts: float, known: bool, what: str) -> None:
+        self.cost, self.prompts = self.cost + cost, self.prompts + prompts
+        if not known:
+            self.unknown.append(what)
+
+    def chain(self, node: PlanNode, doc: str, members) -> list:
+        """Lines of one AND chain over ``doc``: the rules' order when fused, else rank order."""
+        m, rows = self.model, _input_rows(node)
         fused = "quail_chain" in node.text
         if fused:  # the rules' order: templates in the order they appear in the fused call
             members = sorted(members, key=lambda c: node.text.find(c.template))
         qs = [(_question(c), c.hint("selectivity")) for c in members]
-        ranks = dict((i, r) for r, i in C.order_chain(model, qs, tokens(doc)))
-        order = list(range(len(members))) if fused else [i for _, i in C.order_chain(model, qs, tokens(doc))]
-        cost, per = C.chain_cost(model, rows or 1.0, tokens(doc), [qs[i] for i in order])
+        ranked = C.order_chain(m, qs, self.tokens(doc))
+        ranks = {i: r for r, i in ranked}
+        order = list(range(len(members))) if fused else [i for _, i in ranked]
+        cost, per = C.chain_cost(m, rows or 1.0, self.tokens(doc), [qs[i] for i in order])
         how = "fused by the rules" if fused else "rank order; this plan evaluates every conjunct on every row"
-        out.append(f"on {doc} ({_n(rows)} rows; {how}):")
+        out = [f"on {doc} ({_n(rows)} rows; {how}):"]
         for k, i in enumerate(order):
-            c, sel = members[i], qs[i][1]
+            sel = qs[i][1]
             src = "hint" if sel is not None else "default"
             sel = C.DEFAULT_AI_SELECTIVITY if sel is None else sel
             ev = f"{per[k]:,.0f}" if rows is not None else f"{per[k]:.3g} per input row"
-            out.append(f"  {k + 1}. {_call(c)}  selectivity={sel:g} ({src}) rank={ranks[i]:.3g} "
+            out.append(f"  {k + 1}. {_call(members[i])}  selectivity={sel:g} ({src}) rank={ranks[i]:.3g} "
                        f"evaluated={ev}")
-        total, evaluated = _add(total, evaluated, cost, per[0] if per else 0, rows, unknown, doc)
-    if joins:
-        out.append("== AI join anchors (SoL seconds with each side as the anchor) ==")
-    for node, c, sides in joins:
+        self.add(cost, sum(per), rows is not None, doc)
+        return out
+
+    def join(self, node: PlanNode, c, sides) -> str:
+        """The line of one AI join: anchor, partner, SoL with either side as the anchor."""
         (lname, lrows), (rname, rrows) = sides
-        costs = C.anchor_costs(model, lrows or 1.0, rrows or 1.0, tokens(lname), tokens(rname),
-                               model.text_tokens(_question(c)))
+        costs = C.anchor_costs(self.model, lrows or 1.0, rrows or 1.0, self.tokens(lname), self.tokens(rname),
+                               self.model.text_tokens(_question(c)))
         anchor = _anchor(c, node, sides, costs)
-        pairs = (lrows or 1.0) * (rrows or 1.0)
         missing = [name for name, rows in sides if rows is None]
         unit = " per pair" if len(missing) == 2 else f" per row of {missing[0]}" if missing else ""
-        out.append(f"  {_call(c)}: anchor {anchor[0]} ({_n(anchor[1])} rows; {anchor[4]}), partner "
-                   f"{anchor[2]} ({_n(anchor[3])} rows); SoL{unit} with {lname} as anchor "
-                   f"{_s(costs['left'].seconds)}, with {rname} {_s(costs['right'].seconds)}")
-        chosen = costs["left"] if anchor[0] == lname else costs["right"]
-        known = lrows is not None and rrows is not None
-        total, evaluated = _add(total, evaluated, chosen, pairs, pairs if known else None, unknown, c.template)
-    if columns:
-        out.append("== AI columns ==")
-    for node, c, doc in columns:
-        rows = _input_rows(node)
-        q = model.text_tokens(_question(c)) + sum(model.text_tokens(x) + 1 for x in c.labels)
-        cost = C.filter_cost(model, rows or 1.0, tokens(doc), q, answers=len(c.labels) or None)
-        out.append(f"  {_call(c)} over {doc}: {_n(rows)} rows, SoL {_s(cost.seconds)}")
-        total, evaluated = _add(total, evaluated, cost, rows or 1.0, rows, unknown, doc)
-    out.append("== SoL estimate ==")
-    per_row = f"; per input row where rows are unknown ({', '.join(unknown)})" if unknown else ""
-    out.append(f"total: {evaluated:,.0f} prompts; {total.tokens:,.0f} tokens requested, "
-               f"{total.fresh:,.0f} fresh; SoL {_s(total.seconds)} ({model.shape.name} at "
-               f"{model.rate / 1e12:g} TFLOP/s){per_row}; documents assumed "
-               f"{_describe_tokens(doc_tokens)} tokens (Spark has no text lengths)")
-    return "\n".join(out)
+        self.add(costs["left"] if anchor[0] == lname else costs["right"], (lrows or 1.0) * (rrows or 1.0),
+                 not missing, c.template)
+        return (f"  {_call(c)}: anchor {anchor[0]} ({_n(anchor[1])} rows; {anchor[4]}), partner "
+                f"{anchor[2]} ({_n(anchor[3])} rows); SoL{unit} with {lname} as anchor "
+                f"{_s(costs['left'].seconds)}, with {rname} {_s(costs['right'].seconds)}")
+
+    def column(self, node: PlanNode, c, doc: str) -> str:
+        """The line of one score / classify column (or an ai_if outside a filter)."""
+        m, rows = self.model, _input_rows(node)
+        q = m.text_tokens(_question(c)) + sum(m.text_tokens(x) + 1 for x in c.labels)
+        cost = C.filter_cost(m, rows or 1.0, self.tokens(doc), q, answers=len(c.labels) or None)
+        self.add(cost, rows or 1.0, rows is not None, doc)
+        return f"  {_call(c)} over {doc}: {_n(rows)} rows, SoL {_s(cost.seconds)}"
 
 
 def _sites(root: PlanNode, calls):
@@ -208,8 +233,10 @@ def _sites(root: PlanNode, calls):
 
 
 def _is_filter(node: PlanNode) -> bool:
-    """A Filter line, or an evaluation whose result a Filter right above uses (rules off)."""
-    return node.text.startswith(("Filter", "ArrowEvalPython")) or "quail_chain" in node.text
+    """A Filter line, the rules' chain, or an evaluation right under a Filter (rules off)."""
+    under_filter = node.parent is not None and node.parent.text.startswith("Filter")
+    return node.text.startswith("Filter") or "quail_chain" in node.text or (
+        node.text.startswith("ArrowEvalPython") and under_filter)
 
 
 def _join_sides(root: PlanNode, node: PlanNode, c):
@@ -255,12 +282,6 @@ def _anchor(c, node: PlanNode, sides, costs):
     else:
         left, why = lname == c.args[0], "the template's first column; rows unknown"
     return (lname, lrows, rname, rrows, why) if left else (rname, rrows, lname, lrows, why)
-
-
-def _add(total, evaluated, cost, prompts, rows, unknown, what):
-    if rows is None:
-        unknown.append(str(what))
-    return total + cost, evaluated + prompts
 
 
 def _doc(c) -> str:

@@ -74,7 +74,7 @@ class QuailSession:
 
         hints = (("selectivity", float(selectivity)),) if selectivity is not None else ()
         call = AICall("ai_if", template, tuple(cols), (), hints)
-        return Query(self, df.filter(ai_if(template, *cols, *_hint_map(hints))), (call,))
+        return Query(self, df.filter(ai_if(template, *cols, hint=dict(hints))), (call,))
 
     def ai_score(self, df, template: str, *cols: str, alias: str = "score") -> "Query":
         """``df`` with a column ``alias`` = P(TRUE) of ``template`` over ``cols``."""
@@ -108,7 +108,7 @@ class QuailSession:
             raise ValueError(f"anchor: expected 'left', 'right' or None, got {anchor!r}")
         hints = (("anchor", anchor[0]),) if anchor else ()
         cols = (F.col(f"l.{left_col}"), F.col(f"r.{right_col}"))
-        cond = ai_if(template, *cols, *_hint_map(hints))
+        cond = ai_if(template, *cols, hint=dict(hints))
         call = AICall("ai_if", template, (f"l.{left_col}", f"r.{right_col}"), (), hints)
         return Query(self, left.alias("l").join(right.alias("r"), on=cond, how="inner"), (call,))
 
@@ -175,15 +175,6 @@ class Query:
                 f"KV regret {r.get('kv_regret_tokens', 0):,}; {r.get('forward_passes', 0)} forward "
                 f"passes; {r.get('truncated_rows', 0)} rows truncated, {r.get('errored_rows', 0)} "
                 f"errored; wall {r['wall_s']:.2f} s")
-
-
-def _hint_map(hints) -> tuple:
-    """() or (map(key, value, ...),) as a Column: the optional last argument of an AI call."""
-    if not hints:
-        return ()
-    from pyspark.sql import functions as F
-
-    return (F.create_map(*[F.lit(x) for kv in hints for x in kv]),)
 
 
 def _difference(after, before):
