@@ -148,7 +148,9 @@ class Query:
         t0 = time.time()
         rows = self._df.collect()
         self._wall = time.time() - t0
-        self._report = _difference(quail_spark.metrics(self.session.spark), before)
+        report = _difference(quail_spark.metrics(self.session.spark), before)
+        report["stages"] = {k: v for k, v in report.get("stages", {}).items() if any(v.values())}
+        self._report = report
         if summary:
             print(self.summary())
         return rows
