@@ -84,7 +84,7 @@ def test_sql_functions_agree_with_quail_session(spark, installed, qs):
 
 @pytest.mark.parametrize("sql, message", [
     ("SELECT ai_if('Is {0} recent?', year) FROM notes", "must be a string column"),
-    ("SELECT ai_if('Is {0} like {1}?', body) FROM notes", "expected placeholders"),
+    ("SELECT ai_if('Is {0} like {1}?', body) FROM notes", "must use placeholders"),
     ("SELECT ai_classify(body, array('only')) FROM notes", "at least 2 labels"),
 ])
 def test_sql_function_errors_name_the_argument(spark, installed, sql, message):
@@ -94,6 +94,6 @@ def test_sql_function_errors_name_the_argument(spark, installed, sql, message):
 
 def test_sql_function_prompt_too_long_names_the_row(spark, installed):
     spark.createDataFrame([(1, "fine"), (2, "word " * 9000)], "id int, body string").createOrReplaceTempView("too_long")
-    named = r"document column 'argument 2', row \d+ of partition \d+ .*9\d{3} tokens.*8192"
+    named = r"row \d+ of an Arrow batch of partition \d+ \(document column 'argument 2'\).*9\d{3} tokens.*8192"
     with pytest.raises(Exception, match=named):
         spark.sql(f"SELECT id FROM too_long WHERE ai_if('{COMPLAINT}', body)").collect()
