@@ -189,7 +189,8 @@ def udf_classify(conf, run, *args):
     with _metered(conf, run) as eng:
         for (text, labs), rows in _groups(template.to_pylist(), [tuple(x or ()) for x in labels]).items():
             call = Call("classify", text, len(cols), labs)
-            got = evaluate(eng, call, [[v[r] for r in rows] for v in values], where=_where("ai_classify", rows))
+            got = evaluate(eng, call, [[v[r] for r in rows] for v in values],
+                           where=_where("ai_classify", rows, len(cols)))
             for r, x in zip(rows, got):
                 out[r] = x
     return pa.array(out, pa.string())
@@ -218,9 +219,9 @@ def udf_chain(conf, run, spec, doc):
         try:
             m = eng.chain([docs[r] for r in rows], [c.question for c in calls], short_circuit=True)
         except PromptTooLong as e:
-            raise ValueError(f"quail_chain: {_where('the fused ai_if', rows)(e.row)}, document column: prompt "
-                             f"has {e.n_tokens} tokens, the model's context holds {e.limit}; shorten the "
-                             "document or set on_overflow='truncate'") from None
+            raise ValueError(f"{_where('ai_if (fused by quail_chain)', rows)(e.row)}: prompt has {e.n_tokens} "
+                             f"tokens, the model's context holds {e.limit}; shorten the document or set "
+                             "on_overflow='truncate'") from None
     for r, row in zip(rows, m):
         out[r] = bool(np.all(row > 0))  # NaN (not evaluated after a FALSE) is not > 0
     return pa.array(out, pa.bool_())
@@ -240,7 +241,8 @@ def udf_join(conf, run, spec, *cols):
     call = Call("if", json.loads(spec[0].as_py())["template"], len(cols))
     rows = list(range(len(spec)))
     with _metered(conf, run) as eng:
-        got = evaluate(eng, call, [c.to_pylist() for c in cols], where=_where("the AI join", rows))
+        got = evaluate(eng, call, [c.to_pylist() for c in cols],
+                       where=_where("ai_if (AI join, quail_join)", rows, len(cols)))
     return pa.array(got, pa.bool_())
 
 
@@ -258,7 +260,7 @@ def _per_template(conf, run, kind: str, args) -> list:
     with _metered(conf, run) as eng:
         for text, rows in _groups(template.to_pylist()).items():
             got = evaluate(eng, Call(kind, text, len(cols)), [[v[r] for r in rows] for v in values],
-                           where=_where(fn, rows))
+                           where=_where(fn, rows, len(cols)))
             for r, x in zip(rows, got):
                 out[r] = x
     return out
@@ -284,13 +286,14 @@ class _metered:
         return False
 
 
-def _where(fn: str, rows):
-    """Names a row of an Arrow batch: its position in the batch and the task's partition."""
+def _where(fn: str, rows, n_cols: int = 1):
+    """Names a row of an Arrow batch (its position, the task's partition) and the document column(s)."""
     from pyspark import TaskContext
 
     ctx = TaskContext.get()
     p = ctx.partitionId() if ctx is not None else 0
-    return lambda i: f"{fn}: row {rows[i]} of an Arrow batch of partition {p}"
+    cols = "column 'argument 2'" if n_cols == 1 else f"columns 'argument 2'..'argument {n_cols + 1}'"
+    return lambda i: f"{fn}: row {rows[i]} of an Arrow batch of partition {p} (document {cols})"
 
 
 def _strip_hint(args):

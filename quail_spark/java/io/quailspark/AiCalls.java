@@ -5,6 +5,7 @@ import java.util.List;
 import java.util.Locale;
 
 import org.apache.spark.sql.SparkSession;
+import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.And;
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.Literal$;
@@ -14,6 +15,7 @@ import org.apache.spark.sql.catalyst.util.ArrayData;
 import org.apache.spark.sql.catalyst.util.MapData;
 import org.apache.spark.sql.internal.SQLConf;
 import org.apache.spark.sql.types.MapType;
+import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.types.StringType;
 import scala.jdk.javaapi.CollectionConverters;
 import scala.runtime.AbstractPartialFunction;
@@ -93,9 +95,12 @@ final class AiCalls {
         double sel = DEFAULT_SELECTIVITY;
         int end = args.size();
         Expression last = args.get(end - 1);
-        if (last.dataType() instanceof MapType) {
+        if (last.dataType() instanceof MapType || last.dataType() instanceof StructType) {
             if (!last.foldable()) return null;
-            Double hinted = hint(last.eval(null), (MapType) last.dataType(), "selectivity");
+            Object v = last.eval(null);
+            Double hinted = last.dataType() instanceof MapType
+                    ? hint(v, (MapType) last.dataType(), "selectivity")
+                    : structHint(v, (StructType) last.dataType(), "selectivity");
             if (hinted != null) sel = hinted;
             end -= 1;
         }
@@ -111,15 +116,29 @@ final class AiCalls {
         for (int i = 0; i < m.numElements(); i++) {
             Object k = keys.get(i, type.keyType());
             if (k != null && k.toString().equalsIgnoreCase(key)) {
-                Object v = values.get(i, type.valueType());
-                try {
-                    return v == null ? null : Double.valueOf(v.toString());
-                } catch (NumberFormatException ex) {
-                    return null;
-                }
+                return number(values.get(i, type.valueType()));
             }
         }
         return null;
+    }
+
+    /** The hint as named_struct('selectivity', 0.25, 'anchor', 'n') (a map's values share one type). */
+    private static Double structHint(Object row, StructType type, String key) {
+        if (!(row instanceof InternalRow)) return null;
+        for (int i = 0; i < type.fields().length; i++) {
+            if (type.fields()[i].name().equalsIgnoreCase(key) && !((InternalRow) row).isNullAt(i)) {
+                return number(((InternalRow) row).get(i, type.fields()[i].dataType()));
+            }
+        }
+        return null;
+    }
+
+    private static Double number(Object v) {
+        try {
+            return v == null ? null : Double.valueOf(v.toString());
+        } catch (NumberFormatException ex) {
+            return null;
+        }
     }
 
     static List<Expression> conjuncts(Expression e) {
