@@ -245,8 +245,10 @@ def _spark_call(call: AICall) -> exp.Expression:
     if call.fn == "ai_classify":
         args.append(exp.Array(expressions=[exp.Literal.string(x) for x in call.labels]))
     if call.hints:
-        args.append(exp.VarMap(
-            keys=exp.Array(expressions=[exp.Literal.string(k) for k, _ in call.hints]),
-            values=exp.Array(expressions=[exp.Literal.string(v) if isinstance(v, str) else
-                                          exp.Literal.number(v) for _, v in call.hints])))
+        keys = [exp.Literal.string(k) for k, _ in call.hints]
+        values = [exp.Literal.string(v) if isinstance(v, str) else exp.Literal.number(v) for _, v in call.hints]
+        if len({isinstance(v, str) for _, v in call.hints}) == 1:
+            args.append(exp.VarMap(keys=exp.Array(expressions=keys), values=exp.Array(expressions=values)))
+        else:  # a map's values share one type: Spark's ANSI coercion refuses a number beside a text
+            args.append(exp.Anonymous(this="named_struct", expressions=[x for kv in zip(keys, values) for x in kv]))
     return exp.Anonymous(this=call.fn, expressions=args)

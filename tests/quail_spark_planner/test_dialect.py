@@ -65,6 +65,14 @@ def test_hints_in_every_spelling():
     assert snow[0] == "SELECT id FROM reviews WHERE ai_if('Is {0} rude?', text, MAP('selectivity', 0.3))"
 
 
+def test_mixed_hints_become_a_named_struct():
+    text, calls = to_spark("SELECT r.id FROM reports r JOIN terms t ON AI_FILTER(PROMPT('Is {0} about {1}?', "
+                           "r.text, t.term), OBJECT_CONSTRUCT('selectivity', 0.2, 'anchor', 't'))")
+    assert "named_struct('selectivity', 0.2, 'anchor', 't')" in text
+    again = to_spark(text)[1]
+    assert again == calls and calls[0].hints == (("selectivity", 0.2), ("anchor", "t"))
+
+
 def test_all_of_spark_sql_around_the_calls_is_kept():
     sql = ("WITH x AS (SELECT * FROM notes) SELECT kind, count(*) FROM x WHERE AI_FILTER(PROMPT("
            "'Is {0} ok?', body)) OR year > 2020 GROUP BY kind HAVING count(*) > 1 "
