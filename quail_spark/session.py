@@ -38,6 +38,9 @@ class QuailSession:
     **engine_conf
         Other ``gpu_worker.EngineConfig`` fields.
 
+    The AI functions are registered in the SparkSession, so the engine settings of the
+    last QuailSession (or ``install()``) on a SparkSession are those every query of it uses.
+
     Examples
     --------
     >>> qs = QuailSession(spark)                                                  # doctest: +SKIP

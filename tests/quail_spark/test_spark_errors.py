@@ -32,7 +32,8 @@ def test_errors_before_any_job(qs, no_jobs, sql, error, names):
         qs.sql(sql)
 
 
-def test_prompt_too_long_names_the_row(spark, qs):
+def test_prompt_too_long_names_the_row(spark):
+    qs = QuailSession(spark, model="smollm2-135m", device="cpu")  # the defaults, whatever ran before
     long_text = "word " * 9000  # over the model's 8,192-token context
     spark.createDataFrame([(1, "A short note."), (2, long_text)], "id int, body string") \
         .createOrReplaceTempView("long_notes")
@@ -40,7 +41,7 @@ def test_prompt_too_long_names_the_row(spark, qs):
     with pytest.raises(Exception) as info:
         q.collect()
     text = str(info.value)
-    assert "row " in text and "8192" in text and "on_overflow='truncate'" in text
+    assert "row " in text and "9051 tokens" in text and "on_overflow='truncate'" in text
 
 
 def test_bad_engine_settings(spark):
