@@ -101,16 +101,27 @@ def _rewrite_bigquery(sql: str) -> tuple[str, bool]:
 
 
 def _detect(sql: str) -> str:
-    """'snowflake' when an AI call uses PROMPT(...), OBJECT_CONSTRUCT or [..] labels, else 'spark'."""
+    """'snowflake' when an AI call is spelled PROMPT(...), OBJECT_CONSTRUCT(...) or AI_CLASSIFY(col, [...]);
+    else 'spark' (brackets elsewhere are Spark's own: ``tags[0]``)."""
     try:
         toks = sqlglot.tokenize(sql, read="snowflake")
     except sqlglot.errors.SqlglotError:
         return "spark"
-    names = {t.text.upper() for t, nxt in zip(toks, toks[1:]) if nxt.token_type == TokenType.L_PAREN}
-    has_ai = bool(names & {"AI_FILTER", "AI_CLASSIFY", "AI_IF", "AI_SCORE"})
-    snowflake_only = names & {"PROMPT", "OBJECT_CONSTRUCT"} or any(
-        t.token_type == TokenType.L_BRACKET for t in toks)
-    return "snowflake" if has_ai and snowflake_only else "spark"
+    calls = [i for i, (t, nxt) in enumerate(zip(toks, toks[1:])) if nxt.token_type == TokenType.L_PAREN]
+    names = {toks[i].text.upper() for i in calls}
+    if not names & {"AI_FILTER", "AI_CLASSIFY", "AI_IF", "AI_SCORE"}:
+        return "spark"
+    if names & {"PROMPT", "OBJECT_CONSTRUCT"}:
+        return "snowflake"
+    for i in (i for i in calls if toks[i].text.upper() == "AI_CLASSIFY"):
+        depth = 0
+        for t in toks[i + 1:]:
+            depth += (t.token_type == TokenType.L_PAREN) - (t.token_type == TokenType.R_PAREN)
+            if depth == 0:
+                break
+            if depth == 1 and t.token_type == TokenType.L_BRACKET:
+                return "snowflake"
+    return "spark"
 
 
 def _ai_name(node) -> str | None:

@@ -90,6 +90,13 @@ def test_ai_if_inside_a_string_is_text_not_a_call():
     assert text == "SELECT id FROM reviews WHERE ai_if('Is {0} about AI.IF(x)?', text)"
 
 
+def test_brackets_outside_ai_classify_are_spark_sql():
+    sql = "SELECT ai_if('Is {0} ok?', body) AS ok, tags[0] FROM notes"
+    assert to_spark(sql)[0] == sql
+    assert to_spark("SELECT AI_CLASSIFY(body, ['a', 'b']), tags[0] FROM notes")[0] == (
+        "SELECT ai_classify(body, ARRAY('a', 'b')), tags[0] FROM notes")
+
+
 def test_text_spark_cannot_parse_is_left_to_spark():
     assert to_spark("SELECT id FROM reviews WHERE")[0] == "SELECT id FROM reviews WHERE"
 
