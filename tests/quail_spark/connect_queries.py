@@ -2,7 +2,8 @@
 
 Used by test_connect.py in a subprocess (a classic and a Connect session do not share a
 process easily); also runnable alone: ``python tests/quail_spark/connect_queries.py``.
-Prints one JSON line: {"rows": {name: [[...], ...]}, "report": {...}, "explain": bool}.
+Prints one JSON line: {"rows": {name: [[...], ...]}, "report": {...}, "explain": bool,
+"rewritten": bool (the AI join of the plan is the rules' quail_join)}.
 """
 from __future__ import annotations
 
@@ -39,7 +40,11 @@ def run(spark) -> dict:
     rows = {name: sorted([list(r) for r in spark.sql(sql).collect()], key=repr) for name, sql in QUERIES.items()}
     q = qs.sql("SELECT id FROM c_notes WHERE AI.IF(PROMPT('Is {0} a complaint?', body))")
     rows["quail_session"] = sorted([list(r) for r in q.collect()], key=repr)
-    return {"rows": rows, "report": q.report, "explain": "== SoL estimate ==" in q.explain(print_it=False)}
+    from quail_spark.explain import plan_text
+
+    rewritten = "quail_join" in plan_text(spark.sql(QUERIES["null_key_join"]))
+    return {"rows": rows, "report": q.report, "explain": "== SoL estimate ==" in q.explain(print_it=False),
+            "rewritten": rewritten}
 
 
 def main() -> None:

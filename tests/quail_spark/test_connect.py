@@ -20,10 +20,16 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_connect_gives_the_rows_of_the_classic_session(spark, qs):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
            "SPARK_TESTING": "1"}  # an ephemeral gRPC port: no clash with another local server
-    proc = subprocess.run([sys.executable, connect_queries.__file__], env=env, capture_output=True,
-                          text=True, timeout=240)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    got = json.loads(proc.stdout.strip().splitlines()[-1])
-    classic = connect_queries.run(spark)
+    proc = subprocess.Popen([sys.executable, connect_queries.__file__], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        classic = connect_queries.run(spark)  # meanwhile, in the classic session
+        out, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-3000:]
+    got = json.loads(out.strip().splitlines()[-1])
     assert got["rows"] == classic["rows"]
+    assert got["rewritten"] and classic["rewritten"]  # the extension's rules run in the Connect server
     assert got["explain"] and got["report"]["requested_tokens"] >= 0
