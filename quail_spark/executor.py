@@ -1,15 +1,21 @@
-"""Executor side of the Spark integration: engine lookup, GPU binding, Arrow task functions.
+"""Executor side of the Spark integration: engine lookup, GPU binding, Arrow UDF bodies.
 
-Spark pickles the task functions of this module by reference together with
-plain data made on the driver (an engine configuration as a dict, a spec of
-:mod:`gpu_worker.partition`, an accumulator). The engine itself is never
+Spark pickles the functions of this module by reference together with plain
+data made on the driver (an engine configuration as a dict, the session's
+metrics folder; for QuailSession's mapInArrow tasks a spec of
+:mod:`gpu_worker.partition` and an accumulator). The engine itself is never
 pickled or captured: each Python worker builds it on first use and keeps it in
 a module-level cache keyed by the configuration (like
 ``pyspark.ml.functions.predict_batch_udf``), so later tasks and batches of the
 same worker reuse the loaded model and its prefix cache.
 
-On an executor with GPUs a task uses the one Spark assigned to it
-(``TaskContext.resources()['gpu']``); without GPUs it runs on the CPU.
+The SQL functions (ai_if, ai_filter, ai_score, ai_classify) and the internal
+UDFs of the optimizer rules (quail_chain, quail_join) evaluate through
+:mod:`gpu_worker.ai_calls`: one prompt rendering and one NULL rule for all.
+
+A task asking for 'cuda' uses the GPU Spark assigned to it
+(``TaskContext.resources()['gpu']``); a task without one is an error, not a
+silent fall-back to the CPU ('auto' falls back).
 """
 from __future__ import annotations
 
