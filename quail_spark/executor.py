@@ -1,15 +1,21 @@
-"""Executor side of the Spark integration: engine lookup, GPU binding, Arrow task functions.
+"""Executor side of the Spark integration: engine lookup, GPU binding, Arrow UDF bodies.
 
-Spark pickles the task functions of this module by reference together with
-plain data made on the driver (an engine configuration as a dict, a spec of
-:mod:`gpu_worker.partition`, an accumulator). The engine itself is never
+Spark pickles the functions of this module by reference together with plain
+data made on the driver (an engine configuration as a dict, the session's
+metrics folder; for QuailSession's mapInArrow tasks a spec of
+:mod:`gpu_worker.partition` and an accumulator). The engine itself is never
 pickled or captured: each Python worker builds it on first use and keeps it in
 a module-level cache keyed by the configuration (like
 ``pyspark.ml.functions.predict_batch_udf``), so later tasks and batches of the
 same worker reuse the loaded model and its prefix cache.
 
-On an executor with GPUs a task uses the one Spark assigned to it
-(``TaskContext.resources()['gpu']``); without GPUs it runs on the CPU.
+The SQL functions (ai_if, ai_filter, ai_score, ai_classify) and the internal
+UDFs of the optimizer rules (quail_chain, quail_join) evaluate through
+:mod:`gpu_worker.ai_calls`: one prompt rendering and one NULL rule for all.
+
+A task asking for 'cuda' uses the GPU Spark assigned to it
+(``TaskContext.resources()['gpu']``); a task without one is an error, not a
+silent fall-back to the CPU ('auto' falls back).
 """
 from __future__ import annotations
 
@@ -58,7 +64,18 @@ def task_device(device: str) -> str:
         import torch
 
         return "cuda" if torch.cuda.is_available() else "cpu"
+    if _in_task():
+        raise RuntimeError(
+            f"device={device!r}, but Spark assigned this task no GPU (TaskContext.resources()['gpu'] is "
+            "empty); give tasks a GPU (spark.executor.resource.gpu.amount=1, spark.task.resource.gpu.amount=1 "
+            "and a discovery script) or use device='cpu' or 'auto'")
     return "cuda"
+
+
+def _in_task() -> bool:
+    from pyspark import TaskContext
+
+    return TaskContext.get() is not None
 
 
 def _task_gpu() -> str | None:
@@ -100,7 +117,7 @@ class ReportParam(AccumulatorParam):
         return a
 
 
-def _where(column_hint: str):
+def _task_where(column_hint: str):
     from pyspark import TaskContext
 
     ctx = TaskContext.get()
@@ -122,7 +139,7 @@ def _task(run_name: str, where: str, conf: dict, spec, acc, batches) -> Iterator
 
     rec = part.Recorder()
     try:
-        yield from getattr(part, run_name)(get_engine(conf), batches, spec, rec, _where(where))
+        yield from getattr(part, run_name)(get_engine(conf), batches, spec, rec, _task_where(where))
     finally:
         _report(rec, acc)
 
@@ -143,96 +160,153 @@ def join_pairs_task(conf: dict, spec: part.JoinSpec, acc, batches) -> Iterator[p
 
 
 # ----------------------------------------------------------------- SQL function bodies
+#
+# Every body takes (conf, run, *arrow columns): conf is the engine configuration,
+# run holds plain data of the session ({"metrics_dir": ...}). Each evaluates
+# through gpu_worker.ai_calls (one rendering, one NULL rule) and appends its
+# counter deltas to the session's metrics folder (quail_spark.metrics).
 
 
-def udf_if(conf, *args):  # no annotations: arrow_udf reads them as a UDF kind
-    """Arrow UDF body of ``ai_if(template, col0[, col1 ...])``: TRUE when the margin > 0."""
-    margins = _udf_margins(conf, "ai_if", args)
-    return pa.array(margins > 0, pa.bool_(), mask=np.isnan(margins))
+def udf_if(conf, run, *args):  # no annotations: arrow_udf reads them as a UDF kind
+    """Arrow UDF body of ``ai_if(template, col0[, col1 ...][, hint])``: TRUE when the margin > 0."""
+    return pa.array(_per_template(conf, run, "if", args), pa.bool_())
 
 
-def udf_score(conf, *args):
-    """Arrow UDF body of ``ai_score(template, col0[, ...])``: sigmoid of the margin."""
-    margins = _udf_margins(conf, "ai_score", args)
-    return pa.array(1.0 / (1.0 + np.exp(-margins)), pa.float64(), mask=np.isnan(margins))
+def udf_score(conf, run, *args):
+    """Arrow UDF body of ``ai_score(template, col0[, ...][, hint])``: P(yes) = sigmoid of the margin."""
+    return pa.array(_per_template(conf, run, "score", args), pa.float64())
 
 
-def udf_classify(conf, *args):
-    """Arrow UDF body of ``ai_classify([template,] col0[, ...], array(labels))``."""
+def udf_classify(conf, run, *args):
+    """Arrow UDF body of ``ai_classify([template,] col0[, ...], array(labels)[, hint])``."""
+    from gpu_worker.ai_calls import Call, evaluate
+
+    args = _strip_hint(args)
     if len(args) < 2 or not (pa.types.is_list(args[-1].type) or pa.types.is_large_list(args[-1].type)):
         last = args[-1].type if args else "missing"
         raise TypeError("ai_classify expected (column, array('a', 'b', ...)) or (template, column, ..., "
                         f"array(...)); the last argument is {last}")
     if len(args) == 2:
-        template = pa.array(["{0}"] * len(args[0]), pa.string())
-        args = (template, args[0], args[1])
-    labels, template, cols = args[-1].to_pylist(), args[0], args[1:-1]
+        args = (pa.array(["{0}"] * len(args[0]), pa.string()), args[0], args[1])
+    template, cols, labels = args[0], args[1:-1], args[-1].to_pylist()
     _check_strings("ai_classify", template, cols)
+    values = [c.to_pylist() for c in cols]
     out = [None] * len(template)
-    eng = get_engine(conf)
-    for (text, labs), rows in _groups(template.to_pylist(), [tuple(x or ()) for x in labels]).items():
-        if len(labs) < 2:
-            raise ValueError(f"ai_classify: expected at least 2 labels, got {list(labs)} (row {rows[0]})")
-        _, instruction = udf_prompt(text, len(cols))
-        docs = _udf_docs(cols, rows)
-        args = (docs, list(labs)) + (() if text.strip() == "{0}" else (instruction,))  # else the default
-        idx, _ = _udf_call("ai_classify", lambda: eng.classify(*args), len(cols), rows, docs)
-        for r, k in zip(rows, idx):
-            out[r] = labs[k] if k >= 0 else None
+    with _metered(conf, run) as eng:
+        for (text, labs), rows in _groups(template.to_pylist(), [tuple(x or ()) for x in labels]).items():
+            call = Call("classify", text, len(cols), labs)
+            got = evaluate(eng, call, [[v[r] for r in rows] for v in values],
+                           where=_where("ai_classify", rows, len(cols)))
+            for r, x in zip(rows, got):
+                out[r] = x
     return pa.array(out, pa.string())
 
 
-def udf_prompt(template: str, n_cols: int) -> tuple:
-    """(document names, question) of a SQL-function template over ``n_cols`` columns.
+def udf_chain(conf, run, spec, doc):
+    """Arrow UDF body of the internal ``quail_chain(spec, document)`` made by the optimizer rule.
 
-    One column: ``{0}`` reads "the document". Several: the document is lines
-    ``input 1: value`` ... and ``{i}`` reads "input i+1".
-
-    >>> udf_prompt('Is {0} a complaint?', 1)
-    (('input 1',), 'Is the document a complaint?')
-    >>> udf_prompt('Does {0} fit {1}?', 2)[1]
-    'Does input 1 fit input 2?'
+    ``spec`` is JSON ``{"calls": [{"template": ..., "selectivity": ..., "rank": ...}, ...]}``
+    (the AI predicates of one filter over this document, in evaluation order).
+    Returns their AND: FALSE at the first FALSE (the rest is not evaluated,
+    the document's KV stays while its next predicate runs: ``Engine.chain``),
+    NULL for a NULL, empty or whitespace-only document.
     """
-    from quail_spark.plan import PLACEHOLDER, placeholders
+    import json
 
-    names = tuple(f"input {i + 1}" for i in range(n_cols))
-    used = placeholders(template)
-    bad = sorted({i for i in used if i >= n_cols})
-    if bad or len(set(used)) != n_cols:
-        raise ValueError(f"template {template!r}: expected placeholders {{0}}..{{{n_cols - 1}}} for its "
-                         f"{n_cols} column argument(s), found {sorted(set(used)) or 'none'}")
-    one = n_cols == 1
-    return names, PLACEHOLDER.sub(lambda m: "the document" if one else names[int(m.group(1))], template)
+    from gpu_worker.ai_calls import Call, is_null
+    from gpu_worker.prompts import PromptTooLong
+
+    _check_strings("quail_chain", spec, [doc])
+    calls = [Call("if", c["template"], 1) for c in json.loads(spec[0].as_py())["calls"]]
+    docs = doc.to_pylist()
+    rows = [r for r, d in enumerate(docs) if not is_null(d)]
+    out = [None] * len(docs)
+    with _metered(conf, run) as eng:
+        try:
+            m = eng.chain([docs[r] for r in rows], [c.question for c in calls], short_circuit=True)
+        except PromptTooLong as e:
+            raise ValueError(f"{_where('ai_if (fused by quail_chain)', rows)(e.row)}: prompt has {e.n_tokens} "
+                             f"tokens, the model's context holds {e.limit}; shorten the document or set "
+                             "on_overflow='truncate'") from None
+    for r, row in zip(rows, m):
+        out[r] = bool(np.all(row > 0))  # NaN (not evaluated after a FALSE) is not > 0
+    return pa.array(out, pa.bool_())
 
 
-def _udf_margins(conf: dict, fn: str, args) -> np.ndarray:
+def udf_join(conf, run, spec, *cols):
+    """Arrow UDF body of the internal ``quail_join(spec, anchor, partner[, ...])`` made by the join rule.
+
+    ``spec`` is JSON ``{"template": ..., "selectivity": ...}``; the pairs
+    arrive sorted by anchor. The answer of ``ai_if(template, anchor, partner...)``.
+    """
+    import json
+
+    from gpu_worker.ai_calls import Call, evaluate
+
+    _check_strings("quail_join", spec, cols)
+    call = Call("if", json.loads(spec[0].as_py())["template"], len(cols))
+    rows = list(range(len(spec)))
+    with _metered(conf, run) as eng:
+        got = evaluate(eng, call, [c.to_pylist() for c in cols],
+                       where=_where("ai_if (AI join, quail_join)", rows, len(cols)))
+    return pa.array(got, pa.bool_())
+
+
+def _per_template(conf, run, kind: str, args) -> list:
+    from gpu_worker.ai_calls import Call, evaluate
+
+    fn = f"ai_{kind}"
+    args = _strip_hint(args)
     if len(args) < 2:
-        raise TypeError(f"{fn} expected (template, column[, column ...]), got {len(args)} argument(s)")
+        raise TypeError(f"{fn} expected (template, column[, column ...][, map hint]), got {len(args)} argument(s)")
     template, cols = args[0], args[1:]
     _check_strings(fn, template, cols)
-    out = np.full(len(template), np.nan)
-    eng = get_engine(conf)
-    for text, rows in _groups(template.to_pylist()).items():
-        _, question = udf_prompt(text, len(cols))
-        docs = _udf_docs(cols, rows)
-        out[rows] = _udf_call(fn, lambda: eng.filter(docs, [question])[:, 0], len(cols), rows, docs)
+    values = [c.to_pylist() for c in cols]
+    out = [None] * len(template)
+    with _metered(conf, run) as eng:
+        for text, rows in _groups(template.to_pylist()).items():
+            got = evaluate(eng, Call(kind, text, len(cols)), [[v[r] for r in rows] for v in values],
+                           where=_where(fn, rows, len(cols)))
+            for r, x in zip(rows, got):
+                out[r] = x
     return out
 
 
-def _udf_call(fn: str, call, n_cols: int, rows, docs):
-    """An engine call of a SQL function; a too long prompt names its row in the batch."""
-    from gpu_worker.partition import Doc, engine_call
+class _metered:
+    """The task's engine; on exit the counters it added go to the session's metrics folder."""
 
-    names = tuple(f"argument {i + 2}" for i in range(n_cols))
-    return engine_call(call, Doc(names, names), rows, docs, _where(f"position in an Arrow batch of {fn}"))
+    def __init__(self, conf: dict, run: dict):
+        self.conf, self.run = conf, run
+
+    def __enter__(self):
+        from quail_spark.metrics import snapshot
+
+        self.eng = get_engine(self.conf)
+        self.before = snapshot(self.eng.stats)
+        return self.eng
+
+    def __exit__(self, kind, err, tb):
+        from quail_spark.metrics import append, delta
+
+        append(self.run.get("metrics_dir"), delta(self.before, self.eng.stats, errored_rows=int(err is not None)))
+        return False
 
 
-def _udf_docs(cols, rows) -> list:
-    from gpu_worker.partition import Doc
+def _where(fn: str, rows, n_cols: int = 1):
+    """Names a row of an Arrow batch (its position, the task's partition) and the document column(s)."""
+    from pyspark import TaskContext
 
-    names = tuple(f"input {i + 1}" for i in range(len(cols)))
-    table = pa.table({f"c{i}": c for i, c in enumerate(cols)})
-    return Doc(tuple(table.column_names), names).texts(table, rows)
+    ctx = TaskContext.get()
+    p = ctx.partitionId() if ctx is not None else 0
+    cols = "column 'argument 2'" if n_cols == 1 else f"columns 'argument 2'..'argument {n_cols + 1}'"
+    return lambda i: f"{fn}: row {rows[i]} of an Arrow batch of partition {p} (document {cols})"
+
+
+def _strip_hint(args):
+    """Drop the optional trailing hint ``map('selectivity', 0.25, 'anchor', 'n')`` (read by the optimizer)."""
+    if args and (pa.types.is_map(args[-1].type) or pa.types.is_struct(args[-1].type)):
+        return args[:-1]
+    return args
 
 
 def _check_strings(fn, template, cols) -> None:

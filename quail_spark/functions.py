@@ -1,42 +1,53 @@
-"""AI functions for plain Spark SQL: ``ai_if`` (alias ``ai_filter``), ``ai_score``, ``ai_classify``.
+"""AI functions for Spark SQL: ``ai_if`` (alias ``ai_filter``), ``ai_score``, ``ai_classify``.
 
 :func:`install` registers them as Arrow-batched Python UDFs, so any
-``spark.sql`` query or DataFrame expression can call them. Each Arrow batch of a
-task goes to the worker's cached engine in one call: rows under the same
-template share the prompt's fixed parts, a document asked several questions is
-computed once while it stays cached, and the cache lives across batches and
-tasks of the worker.
+``spark.sql`` query or DataFrame expression can call them, together with the
+internal UDFs ``quail_chain`` and ``quail_join`` that the optimizer rules of
+the Spark extension (``quail_spark.spark_conf()``) put in place of AI filters
+and AI joins. Every evaluation goes through :mod:`gpu_worker.ai_calls`: one
+prompt rendering, one NULL rule, on every path.
 
-Signatures (the template's ``{i}`` is the i-th column after it):
+Signatures (the template's ``{i}`` is the i-th column after it; an optional
+last argument ``map('selectivity', 0.25, 'anchor', 'n')`` is a hint for the
+optimizer and never changes an answer):
 
-``ai_if(template, col0[, col1 ...])`` -> boolean
-    TRUE when the model answers yes (margin > 0); NULL for a NULL document.
-``ai_score(template, col0[, col1 ...])`` -> double
-    P(yes) = sigmoid(margin); NULL for a NULL document.
+``ai_if(template, col0[, col1 ...][, hint])`` -> boolean
+    TRUE when the model answers yes (margin > 0).
+``ai_score(template, col0[, col1 ...][, hint])`` -> double
+    P(yes) = sigmoid(margin).
 ``ai_classify(col, array('a', 'b', ...))`` or ``ai_classify(template, col, ..., array(...))`` -> string
-    The most likely label; NULL for a NULL document.
+    The most likely label.
 
-With one column ``{0}`` reads "the document". With several, the document is
-the lines ``input 1: value``, ``input 2: value``... and ``{i}`` reads
-"input i+1". For the optimised path (filter ordering, AI joins, retained
-documents) use :class:`quail_spark.QuailSession`.
+NULL, empty or whitespace-only text in any referenced column gives NULL (a
+filter drops the row, a join drops the pair). With several columns, column 0
+is the DOCUMENT whose KV is shared (a join's anchor) and ``{i}`` reads
+"DOCUMENT i+1" (see :mod:`gpu_worker.ai_calls`).
 """
 from __future__ import annotations
 
 import functools
+import warnings
 
 from quail_spark import executor
+from quail_spark.extension import EXTENSION_CLASS
+from quail_spark.metrics import session_dir
 
 FUNCTIONS = {"ai_if": ("boolean", executor.udf_if), "ai_filter": ("boolean", executor.udf_if),
              "ai_score": ("double", executor.udf_score), "ai_classify": ("string", executor.udf_classify)}
+# made by the optimizer rules only; non-deterministic so that Spark keeps them where the rules put them
+INTERNAL = {"quail_chain": ("boolean", executor.udf_chain), "quail_join": ("boolean", executor.udf_join)}
 
 
 def install(spark, model: str = "smollm2-135m", device: str = "cpu", **engine_conf) -> dict:
-    """Register ai_if, ai_filter, ai_score and ai_classify as Spark SQL functions.
+    """Register ai_if, ai_filter, ai_score, ai_classify (and the rules' internal UDFs) in ``spark``.
+
+    Without the extension (see :func:`quail_spark.spark_conf`) the functions
+    work, unoptimized, and a warning says how to enable the rules.
 
     Parameters
     ----------
     spark : SparkSession
+        A classic or a Spark Connect session.
     model : str
         Engine model preset or path (see ``gpu_worker.EngineConfig``).
     device : str
@@ -47,7 +58,7 @@ def install(spark, model: str = "smollm2-135m", device: str = "cpu", **engine_co
     Returns
     -------
     dict
-        name -> the registered UDF, for DataFrame expressions.
+        name -> the registered UDF.
 
     Examples
     --------
@@ -60,28 +71,46 @@ def install(spark, model: str = "smollm2-135m", device: str = "cpu", **engine_co
     from pyspark.sql.functions import arrow_udf
 
     conf = executor.engine_conf(model, device, **engine_conf)
+    run = {"metrics_dir": session_dir(spark)}
     out = {}
-    for name, (return_type, body) in FUNCTIONS.items():
-        fn = functools.partial(body, conf)
-        fn.__name__ = name  # the name Spark shows in plans
-        out[name] = spark.udf.register(name, arrow_udf(fn, return_type))
+    for table, deterministic in ((FUNCTIONS, True), (INTERNAL, False)):
+        for name, (return_type, body) in table.items():
+            fn = functools.partial(body, conf, run)
+            fn.__name__ = name  # the name Spark shows in plans
+            udf = arrow_udf(fn, return_type)
+            out[name] = spark.udf.register(name, udf if deterministic else udf.asNondeterministic())
+    if not extension_enabled(spark):
+        warnings.warn(
+            "quail_spark: the optimizer rules are not enabled in this session, so AI filters and joins run "
+            "unoptimized (every predicate on every row, AI joins as a cross join). Build the session with "
+            "quail_spark.spark_conf(): for k, v in quail_spark.spark_conf().items(): "
+            "builder = builder.config(k, v)", stacklevel=2)
     return out
 
 
-def ai_if(template: str, *cols):
-    """Column expression ``ai_if(template, cols...)`` (after :func:`install`).
+def extension_enabled(spark) -> bool:
+    """Whether ``spark`` was built with ``spark.sql.extensions`` naming io.quailspark.QuailExtensions."""
+    try:
+        ext = spark.conf.get("spark.sql.extensions", "") or ""
+    except Exception:  # noqa: BLE001 - not readable: assume absent
+        return False
+    return EXTENSION_CLASS in [x.strip() for x in ext.split(",")]
 
-    >>> df.filter(ai_if("Is {0} a complaint?", "body"))   # doctest: +SKIP
+
+def ai_if(template: str, *cols, hint: dict | None = None):
+    """Column expression ``ai_if(template, cols...[, map(hint)])`` (after :func:`install`).
+
+    >>> df.filter(ai_if("Is {0} a complaint?", "body", hint={"selectivity": 0.2}))   # doctest: +SKIP
     """
-    return _call("ai_if", template, cols)
+    return _call("ai_if", template, cols, hint)
 
 
-def ai_score(template: str, *cols):
-    """Column expression ``ai_score(template, cols...)`` (after :func:`install`).
+def ai_score(template: str, *cols, hint: dict | None = None):
+    """Column expression ``ai_score(template, cols...[, map(hint)])`` (after :func:`install`).
 
     >>> df.withColumn("p", ai_score("Is {0} a complaint?", "body"))   # doctest: +SKIP
     """
-    return _call("ai_score", template, cols)
+    return _call("ai_score", template, cols, hint)
 
 
 def ai_classify(col, labels, template: str | None = None):
@@ -96,12 +125,17 @@ def ai_classify(col, labels, template: str | None = None):
     return F.call_function("ai_classify", *args)
 
 
-def _call(name: str, template: str, cols):
+def _call(name: str, template: str, cols, hint):
     from pyspark.sql import functions as F
 
     if not cols:
         raise TypeError(f"{name} expected at least one document column after the template")
-    return F.call_function(name, F.lit(template), *[_col(c) for c in cols])
+    args = [F.lit(template), *[_col(c) for c in cols]]
+    if hint:
+        numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in hint.values())
+        args.append(F.create_map(*[F.lit(x) for k, v in hint.items()
+                                   for x in (str(k), float(v) if numeric else str(v))]))
+    return F.call_function(name, *args)
 
 
 def _col(c):

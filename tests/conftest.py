@@ -31,7 +31,7 @@ def spark():
                .config("spark.sql.shuffle.partitions", "2")
                .config("spark.sql.execution.arrow.maxRecordsPerBatch", "4")
                .config("spark.python.worker.reuse", "true"))
-    for k, v in getattr(quail_spark, "spark_conf", dict)().items():
+    for k, v in quail_spark.spark_conf().items():
         builder = builder.config(k, v)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")

@@ -62,13 +62,12 @@ def test_dataframe_expressions(spark, installed, naive):
 
 
 def test_several_columns_make_one_document(spark, installed, naive):
+    """Column 0 is DOCUMENT, column 1 DOCUMENT 2 (the join layout of gpu_worker.ai_calls); a NULL in any
+    referenced column gives NULL, so row 7 (NULL body) is dropped."""
     rows = spark.sql("SELECT id FROM notes WHERE ai_if('Does {0} fit the category {1}?', body, kind)").collect()
-    docs = {n[0]: None if n[1] is None else f"input 1: {n[1]}\ninput 2: {n[3]}" for n in NOTES}
-    # a NULL body with a non-NULL kind is still a document ("input 1: " empty)
-    docs[7] = "input 1: \ninput 2: life"
-    m = naive.margins(list(docs.values()), "Does input 1 fit the category input 2?")
-    expected = [i for i, d in docs.items() if m[d] > 0]
-    unsure = [i for i, d in docs.items() if abs(m[d]) < UNCERTAIN]
+    m = naive.join_margins(bodies(), [n[3] for n in NOTES], "Does DOCUMENT fit the category DOCUMENT 2?")
+    expected = [n[0] for n in NOTES if n[1] is not None and m[(n[1], n[3])] > 0]
+    unsure = [n[0] for n in NOTES if n[1] is not None and abs(m[(n[1], n[3])]) < UNCERTAIN]
     same_rows([r.id for r in rows], expected, unsure)
 
 
@@ -85,7 +84,7 @@ def test_sql_functions_agree_with_quail_session(spark, installed, qs):
 
 @pytest.mark.parametrize("sql, message", [
     ("SELECT ai_if('Is {0} recent?', year) FROM notes", "must be a string column"),
-    ("SELECT ai_if('Is {0} like {1}?', body) FROM notes", "expected placeholders"),
+    ("SELECT ai_if('Is {0} like {1}?', body) FROM notes", "must use placeholders"),
     ("SELECT ai_classify(body, array('only')) FROM notes", "at least 2 labels"),
 ])
 def test_sql_function_errors_name_the_argument(spark, installed, sql, message):
@@ -95,6 +94,6 @@ def test_sql_function_errors_name_the_argument(spark, installed, sql, message):
 
 def test_sql_function_prompt_too_long_names_the_row(spark, installed):
     spark.createDataFrame([(1, "fine"), (2, "word " * 9000)], "id int, body string").createOrReplaceTempView("too_long")
-    named = r"document column 'argument 2', row \d+ of partition \d+ .*9\d{3} tokens.*8192"
+    named = r"row \d+ of an Arrow batch of partition \d+ \(document column 'argument 2'\).*9\d{3} tokens.*8192"
     with pytest.raises(Exception, match=named):
         spark.sql(f"SELECT id FROM too_long WHERE ai_if('{COMPLAINT}', body)").collect()

@@ -128,13 +128,6 @@ def test_report_param_adds_tasks():
     assert total["stages"]["s1"] == {"evaluated": 12, "passed": 3}
 
 
-def test_sql_function_templates():
-    assert executor.udf_prompt("Is {0} rude?", 1) == (("input 1",), "Is the document rude?")
-    assert executor.udf_prompt("Does {1} fit {0}?", 2)[1] == "Does input 2 fit input 1?"
-    with pytest.raises(ValueError, match="expected placeholders"):
-        executor.udf_prompt("Is {0} rude?", 2)
-
-
 def test_engine_conf_is_checked_on_the_driver():
     assert executor.engine_conf("tiny-llama-random", "cpu", token_budget=64)["token_budget"] == 64
     with pytest.raises(ValueError, match="token_budget"):

@@ -3,7 +3,6 @@
 import pytest
 
 from quail_spark import cost as C
-from quail_spark import plan as P
 
 TOY = C.ModelShape("toy", n_layers=2, hidden=8, n_q_heads=2, n_kv_heads=1, head_dim=4, ffn=16, vocab=100)
 TOY_MODEL = C.CostModel(TOY, rate=1e6, prompt=C.PromptShape(header=3, separator=1, doc2_label=2, cue=2,
@@ -14,7 +13,7 @@ def test_linear_parameters_from_the_shape():
     # per layer: q,o 2*576*576; k,v 2*576*192; MLP 3*576*1536
     assert C.MODELS["smollm2-135m"].n_lin == 30 * (2 * 576 * 576 + 2 * 576 * 192 + 3 * 576 * 1536)
     assert C.MODELS["smollm2-135m"].n_lin == 106_168_320
-    assert C.MODELS["qwen3-4b"].n_lin == 3_633_315_840  # DESIGN.md: 3.633e9
+    assert C.MODELS["qwen3-4b"].n_lin == 3_633_315_840  # docs/architecture.md: 3.633e9
     assert TOY.n_lin == 2 * (2 * 8 * 8 + 2 * 8 * 4 + 3 * 8 * 16) == 1152
 
 
@@ -70,14 +69,36 @@ def test_join_cost_by_hand():
     assert c.seconds < flipped.seconds / 3
 
 
-def test_relational_selectivity_defaults():
-    a, b = P.ColumnRef("r", "x"), P.ColumnRef("p", "id")
-    assert C.predicate_selectivity(P.Comparison("=", a, P.Literal(1))) == 0.1
-    assert C.predicate_selectivity(P.InList(a, (P.Literal(1), P.Literal(2)), negated=True)) == 0.8
-    assert C.predicate_selectivity(P.And((P.Like(a, P.Literal("x%")), P.IsNull(a, True)))) == 0.25 * 0.9
-    # key join: 1 / rows of the smaller table
-    rows = {"r": 10_000, "p": 100}.get
-    assert C.predicate_selectivity(P.Comparison("=", a, b), rows) == 1 / 100
+def test_rank_orders_a_chain_by_cost_over_one_minus_selectivity():
+    m = C.cost_model("qwen3-4b", "h200")
+    # equal questions: the more selective (lower kept fraction) first; ties keep written order
+    assert [i for _, i in C.order_chain(m, [("Is it x?", 0.9), ("Is it y?", 0.5), ("Is it z?", 0.1)], 300)] == [2, 1, 0]
+    assert [i for _, i in C.order_chain(m, [("Is it x?", None), ("Is it y?", None)], 300)] == [0, 1]
+    # a long question with the same selectivity runs after a short one
+    long_q = "Does the document describe, in any way at all and with any wording, a defect?"
+    assert [i for _, i in C.order_chain(m, [(long_q, 0.5), ("Is it rude?", 0.5)], 300)] == [1, 0]
+    r = C.rank(m, 300, 5, 0.75)
+    assert r == pytest.approx(C.filter_cost(m, 1, 300, 5).seconds / 0.25)
+
+
+def test_chain_cost_short_circuits_and_keeps_the_document():
+    cost, evaluated = C.chain_cost(TOY_MODEL, 100, 20, [("q one", 0.1), ("q two", 0.5)])
+    assert evaluated == [100, 10]
+    first = C.filter_cost(TOY_MODEL, 100, 20, TOY_MODEL.text_tokens("q one"))
+    second = C.filter_cost(TOY_MODEL, 10, 20, TOY_MODEL.text_tokens("q two"), doc_cached=True)
+    assert cost.seconds == pytest.approx(first.seconds + second.seconds)
+
+
+def test_anchor_costs_prefer_the_long_side():
+    costs = C.anchor_costs(TOY_MODEL, left_rows=5, right_rows=20, left_tokens=50, right_tokens=4,
+                           question_tokens=6)
+    assert costs["left"].seconds < costs["right"].seconds / 3
+
+
+def test_cost_model_for_engine_models():
+    assert C.cost_model_for("smollm2-135m", "cpu").rate == C.RATES["cpu"]
+    assert C.cost_model_for("qwen3-4b-random", "cuda").rate == C.RATES["h200"]
+    assert C.cost_model_for("tiny-llama-random", "cpu").shape.name == "tiny-llama-random"
 
 
 def test_cost_model_presets():

@@ -1,0 +1,265 @@
+"""SQL text in BigQuery or Snowflake spelling -> Spark SQL text (sqlglot), and the AI calls in it.
+
+Spark parses and plans every query (docs/architecture.md, "Data flow"); this
+module only rewrites the AI function spellings of other dialects into ours:
+
+- ours (Spark SQL, passed through unchanged): ``ai_if('Is {0} about {1}?', r.text, t.term
+  [, map('selectivity', 0.2)])`` (``ai_filter`` is an alias), ``ai_score(...)``,
+  ``ai_classify(col, array('a', 'b'))`` or ``ai_classify('...{0}...', col, array(...))``;
+- BigQuery: ``AI.IF(PROMPT('...{0}...', col))`` or ``AI.IF(('Is ', col, ' ok?'))``,
+  ``AI.SCORE(...)``, ``AI.CLASSIFY(col, categories => ['a', 'b'])``; named
+  arguments such as ``connection_id`` are ignored;
+- Snowflake: ``AI_FILTER(PROMPT('...{0}...', col))``, ``AI_CLASSIFY(col, ['a', 'b'])``,
+  hints as ``OBJECT_CONSTRUCT('selectivity', 0.3)``.
+
+Every spelling becomes a call of ``ai_if`` / ``ai_score`` / ``ai_classify``
+whose first argument is a ``{i}`` template over the column arguments that
+follow it, with an optional last ``map(...)`` of hints.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.tokens import TokenType
+
+from quail_spark.errors import HintError, TemplateError, UnsupportedSQL
+
+AI_NAMES = {"ai_if": "ai_if", "ai_filter": "ai_if", "ai_score": "ai_score", "ai_classify": "ai_classify"}
+IGNORED_KWARGS = {"connection_id", "endpoint", "model", "model_params", "output_schema"}
+HINT_KEYS = ("selectivity", "anchor")
+DIALECTS = ("spark", "bigquery", "snowflake")
+
+
+@dataclass(frozen=True)
+class AICall:
+    """One AI function call of a query: ``fn`` (ai_if, ai_score, ai_classify), the template
+    text, its column arguments as Spark SQL, the labels of ai_classify and the hints."""
+
+    fn: str
+    template: str
+    args: tuple
+    labels: tuple = ()
+    hints: tuple = ()  # ((key, value), ...)
+
+    def hint(self, key: str, default=None):
+        return dict(self.hints).get(key, default)
+
+
+def to_spark(sql: str, dialect: str | None = None) -> tuple[str, tuple]:
+    """(Spark SQL text, the AI calls in it) of ``sql`` written in ``dialect``.
+
+    ``dialect`` None detects BigQuery (``AI.IF(`` ...) and Snowflake (``PROMPT(``,
+    ``OBJECT_CONSTRUCT``, ``[...]`` labels) spellings; Spark SQL text is returned
+    unchanged.
+
+    Examples
+    --------
+    >>> to_spark("SELECT id FROM notes WHERE AI.IF(PROMPT('Is {0} rude?', body))")[0]
+    "SELECT id FROM notes WHERE ai_if('Is {0} rude?', body)"
+    >>> to_spark("SELECT AI_CLASSIFY(body, ['bug', 'praise']) AS c FROM notes")[0]
+    "SELECT ai_classify(body, ARRAY('bug', 'praise')) AS c FROM notes"
+    """
+    if dialect is not None and dialect not in DIALECTS:
+        raise ValueError(f"unknown dialect {dialect!r}; expected one of {DIALECTS} or None (detect)")
+    text, found = _rewrite_bigquery(sql)
+    dialect = dialect or ("bigquery" if found else _detect(sql))
+    try:
+        trees = [t for t in sqlglot.parse(text if dialect == "bigquery" else sql, read=dialect) if t]
+    except sqlglot.errors.SqlglotError as e:
+        if dialect == "spark":  # Spark's own parser decides; its error names the problem
+            return sql, ()
+        raise UnsupportedSQL(f"{dialect} SQL that does not parse", str(e).splitlines()[0]) from None
+    calls = []
+    for tree in trees:
+        for node in list(tree.walk()):
+            name = _ai_name(node)
+            if name:
+                call = _ai_call(node, name)
+                calls.append(call)
+                if dialect != "spark":
+                    node.replace(_spark_call(call))
+    if dialect == "spark":
+        return sql, tuple(calls)
+    return ";\n".join(t.sql(dialect="spark", normalize_functions=False) for t in trees), tuple(calls)
+
+
+def _rewrite_bigquery(sql: str) -> tuple[str, bool]:
+    """``AI.IF(`` / ``AI.SCORE(`` / ``AI.CLASSIFY(`` as ``ai_if(`` ... (sqlglot reads AI.IF as IF)."""
+    try:
+        toks = sqlglot.tokenize(sql, read="bigquery")
+    except sqlglot.errors.SqlglotError:
+        return sql, False
+    spans = [(a.start, name.end + 1, "ai_" + name.text.lower())
+             for a, dot, name, paren in zip(toks, toks[1:], toks[2:], toks[3:])
+             if a.text.upper() == "AI" and dot.token_type == TokenType.DOT
+             and name.text.upper() in ("IF", "SCORE", "CLASSIFY") and paren.token_type == TokenType.L_PAREN]
+    for start, end, new in reversed(spans):
+        sql = sql[:start] + new + sql[end:]
+    return sql, bool(spans)
+
+
+def _detect(sql: str) -> str:
+    """'snowflake' when an AI call is spelled PROMPT(...), OBJECT_CONSTRUCT(...) or AI_CLASSIFY(col, [...]);
+    else 'spark' (brackets elsewhere are Spark's own: ``tags[0]``)."""
+    try:
+        toks = sqlglot.tokenize(sql, read="snowflake")
+    except sqlglot.errors.SqlglotError:
+        return "spark"
+    calls = [i for i, (t, nxt) in enumerate(zip(toks, toks[1:])) if nxt.token_type == TokenType.L_PAREN]
+    names = {toks[i].text.upper() for i in calls}
+    if not names & {"AI_FILTER", "AI_CLASSIFY", "AI_IF", "AI_SCORE"}:
+        return "spark"
+    if names & {"PROMPT", "OBJECT_CONSTRUCT"}:
+        return "snowflake"
+    for i in (i for i in calls if toks[i].text.upper() == "AI_CLASSIFY"):
+        depth = 0
+        for t in toks[i + 1:]:
+            depth += (t.token_type == TokenType.L_PAREN) - (t.token_type == TokenType.R_PAREN)
+            if depth == 0:
+                break
+            if depth == 1 and t.token_type == TokenType.L_BRACKET:
+                return "snowflake"
+    return "spark"
+
+
+def _ai_name(node) -> str | None:
+    if isinstance(node, exp.AIClassify):
+        return "ai_classify"
+    if isinstance(node, exp.Anonymous):
+        return AI_NAMES.get(node.name.lower())
+    return None
+
+
+def _ai_call(node, name: str) -> AICall:
+    """The AICall of one call node in any accepted spelling."""
+    raw = ([node.this, node.args.get("categories"), node.args.get("config")]
+           if isinstance(node, exp.AIClassify) else list(node.expressions))
+    pos, kw = [], {}
+    for a in (a for a in raw if a is not None):
+        if isinstance(a, exp.Kwarg):
+            kw[a.this.name.lower()] = a.expression
+        else:
+            pos.append(a)
+    for key in ("input", "prompt"):
+        if key in kw:
+            pos.insert(0, kw.pop(key))
+    labels = kw.pop("categories", None)
+    unknown = set(kw) - IGNORED_KWARGS
+    if unknown:
+        raise UnsupportedSQL(f"argument {sorted(unknown)[0]} => of {name}")
+    hints = pos.pop() if pos and _is_map(pos[-1]) else None
+    if name == "ai_classify":
+        hints = None  # Snowflake's config object (task_description, ...) is not ours
+        if labels is None and pos and isinstance(pos[-1], exp.Array):
+            labels = pos.pop()
+        if labels is None or not isinstance(labels, exp.Array):
+            raise TemplateError(node.sql()[:80], "expected the labels as array('a', 'b', ...)")
+        labels = tuple(_literal(v) for v in labels.expressions)
+    text, args = _template(pos, name, node)
+    call = AICall(name, text, tuple(a.sql(dialect="spark") for a in args), labels or (), _hints(hints))
+    tables = sorted({a.table for a in args if isinstance(a, exp.Column) and a.table})
+    anchor = call.hint("anchor")
+    if anchor is not None and tables and anchor not in tables:
+        raise HintError("anchor", f"expected one of the template's tables {tables}, got {anchor!r}")
+    return call
+
+
+def _template(pos, name, node) -> tuple[str, list]:
+    """(template text, argument expressions) from PROMPT(...), a tuple of pieces, or text + args."""
+    if not pos:
+        raise TemplateError(node.sql()[:80], f"{name} expected a template text and its arguments")
+    first = pos[0]
+    if isinstance(first, exp.Anonymous) and first.name.lower() == "prompt" and len(pos) == 1:
+        pos = list(first.expressions)
+        first = pos[0] if pos else exp.Null()
+    if isinstance(first, exp.Tuple) and len(pos) == 1:  # BigQuery ('Is ', col, ' ok?')
+        text, args, keys = "", [], []
+        for piece in first.expressions:
+            if isinstance(piece, exp.Literal) and piece.is_string:
+                text += piece.this
+            else:
+                key = piece.sql()
+                if key not in keys:
+                    keys.append(key)
+                    args.append(piece)
+                text += "{%d}" % keys.index(key)
+        return _checked(text, args, name)
+    if isinstance(first, exp.Literal) and first.is_string:
+        return _checked(first.this, pos[1:], name)
+    if name == "ai_classify" and len(pos) == 1:
+        return "{0}", [first]
+    raise TemplateError(node.sql()[:80], f"{name} expected a template text first, got {first.sql()[:40]}")
+
+
+def _checked(text: str, args, name) -> tuple[str, list]:
+    from gpu_worker.ai_calls import placeholders
+
+    used = set(placeholders(text))
+    for i in sorted(used):
+        if i >= len(args):
+            raise TemplateError(text, f"placeholder {{{i}}} expected an argument, but {len(args)} "
+                                      f"were given ({', '.join(a.sql() for a in args) or 'none'})")
+    for i, arg in enumerate(args):
+        if i not in used:
+            raise TemplateError(text, f"argument {i} ({arg.sql()}) expected a placeholder {{{i}}} in "
+                                      "the text, found none")
+    if not args:
+        raise TemplateError(text, f"{name} expected at least one column argument, got none")
+    return text, list(args)
+
+
+def _is_map(node) -> bool:
+    """map(...), OBJECT_CONSTRUCT(...) or {'k': v}: a hint argument."""
+    return isinstance(node, (exp.VarMap, exp.Struct, exp.Map)) or (
+        isinstance(node, exp.Anonymous) and node.name.lower() == "object_construct")
+
+
+def _literal(node):
+    if isinstance(node, exp.Paren):
+        return _literal(node.this)
+    if isinstance(node, exp.Literal):
+        if node.is_string:
+            return node.this
+        return float(node.this) if any(c in node.this for c in ".eE") else int(node.this)
+    if isinstance(node, exp.Neg):
+        return -_literal(node.this)
+    raise UnsupportedSQL("non-literal value", f"{node.sql()[:80]}; expected a literal")
+
+
+def _hints(node) -> tuple:
+    if node is None:
+        return ()
+    if isinstance(node, exp.VarMap):
+        pairs = zip(node.args["keys"].expressions, node.args["values"].expressions)
+    elif isinstance(node, exp.Anonymous):  # OBJECT_CONSTRUCT('k', v, ...)
+        pairs = zip(node.expressions[0::2], node.expressions[1::2])
+    else:  # Struct of PropertyEQ / Slice
+        pairs = ((e.this, e.expression) for e in node.expressions)
+    out = []
+    for k, v in pairs:
+        key, value = str(_literal(k) if isinstance(k, exp.Literal) else k.name).lower(), _literal(v)
+        if key not in HINT_KEYS:
+            raise HintError(key, f"unknown hint; expected one of {list(HINT_KEYS)}")
+        if key == "selectivity" and (isinstance(value, str) or not 0.0 <= float(value) <= 1.0):
+            raise HintError(key, f"expected a number in [0, 1], got {value!r}")
+        out.append((key, float(value) if key == "selectivity" else value))
+    return tuple(out)
+
+
+def _spark_call(call: AICall) -> exp.Expression:
+    """``ai_if('t', a, b[, map(...)])`` / ``ai_classify('t', a, array(...))`` as a sqlglot node."""
+    args = [sqlglot.parse_one(a, read="spark") for a in call.args]
+    if not (call.fn == "ai_classify" and call.template == "{0}" and len(args) == 1):
+        args.insert(0, exp.Literal.string(call.template))
+    if call.fn == "ai_classify":
+        args.append(exp.Array(expressions=[exp.Literal.string(x) for x in call.labels]))
+    if call.hints:
+        keys = [exp.Literal.string(k) for k, _ in call.hints]
+        values = [exp.Literal.string(v) if isinstance(v, str) else exp.Literal.number(v) for _, v in call.hints]
+        if len({isinstance(v, str) for _, v in call.hints}) == 1:
+            args.append(exp.VarMap(keys=exp.Array(expressions=keys), values=exp.Array(expressions=values)))
+        else:  # a map's values share one type: Spark's ANSI coercion refuses a number beside a text
+            args.append(exp.Anonymous(this="named_struct", expressions=[x for kv in zip(keys, values) for x in kv]))
+    return exp.Anonymous(this=call.fn, expressions=args)

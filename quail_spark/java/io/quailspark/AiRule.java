@@ -1,0 +1,34 @@
+package io.quailspark;
+
+import org.apache.spark.sql.SparkSession;
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
+import org.apache.spark.sql.catalyst.rules.Rule;
+
+/**
+ * A Catalyst rule of quail-spark: one {@link #rewrite} of a plan node, applied
+ * bottom-up to the whole plan and to the plans of its subqueries; a no-op when
+ * {@code spark.quail.optimizer.enabled=false}. A rewrite returns the node
+ * unchanged when nothing matches (the optimizer batch runs to a fixed point).
+ */
+abstract class AiRule extends Rule<LogicalPlan> {
+    /** The session whose function registry holds the internal UDFs that install() registered. */
+    final SparkSession session;
+
+    AiRule(SparkSession session) {
+        this.session = session;
+    }
+
+
+    abstract LogicalPlan rewrite(LogicalPlan node);
+
+    @Override
+    public LogicalPlan apply(LogicalPlan plan) {
+        if (!AiCalls.enabled()) return plan;
+        return plan.transformUpWithSubqueries(new AiCalls.PlanRewrite() {
+            @Override
+            LogicalPlan rewrite(LogicalPlan p) {
+                return AiRule.this.rewrite(p);
+            }
+        });
+    }
+}

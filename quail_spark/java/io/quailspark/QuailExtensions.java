@@ -1,0 +1,46 @@
+package io.quailspark;
+
+import org.apache.spark.sql.SparkSession;
+import org.apache.spark.sql.SparkSessionExtensions;
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
+import org.apache.spark.sql.catalyst.rules.Rule;
+import scala.runtime.AbstractFunction1;
+import scala.runtime.BoxedUnit;
+
+/**
+ * Entry point named by {@code spark.sql.extensions=io.quailspark.QuailExtensions}.
+ *
+ * <p>Injects the AI rules into Catalyst's operator-optimization batch (run to a
+ * fixed point, before Spark's "Extract Python UDFs" batch, so the rules see the
+ * AI functions as {@code PythonUDF} expressions). Every rule is idempotent and
+ * a no-op when {@code spark.quail.optimizer.enabled=false}.
+ */
+public class QuailExtensions extends AbstractFunction1<SparkSessionExtensions, BoxedUnit> {
+
+    @Override
+    public BoxedUnit apply(SparkSessionExtensions ext) {
+        ext.injectOptimizerRule(new Builder(0));
+        ext.injectOptimizerRule(new Builder(1));
+        ext.injectOptimizerRule(new Builder(2));
+        return BoxedUnit.UNIT;
+    }
+
+    /** RuleBuilder (SparkSession => Rule): one per rule, so the rules are injected in order. */
+    private static final class Builder extends AbstractFunction1<SparkSession, Rule<LogicalPlan>>
+            implements java.io.Serializable {
+        private final int which;
+
+        Builder(int which) {
+            this.which = which;
+        }
+
+        @Override
+        public Rule<LogicalPlan> apply(SparkSession session) {
+            switch (which) {
+                case 0: return new QuailFilterChain(session);
+                case 1: return new QuailAiJoin(session);
+                default: return new QuailLocalSort(session);
+            }
+        }
+    }
+}

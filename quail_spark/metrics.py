@@ -1,0 +1,125 @@
+"""Counters of the AI work of a Spark session, without driver-side Python state.
+
+Spark Connect has no accumulators, so the executors write what they computed
+and the driver reads it back: :func:`quail_spark.install` picks a folder for
+the session (``<spark.quail.metrics.dir or the temp dir>/<application id>-<random>``)
+and stores it in the session's runtime conf (``spark.quail.metrics.session_dir``)
+and in the plain-data settings of the UDFs. Every evaluated Arrow batch appends
+one JSON line of counter deltas to a file owned by its Python worker process
+(one writer per file, one ``write`` per line), and :func:`metrics` sums the
+lines. On a cluster the folder must be on a filesystem that executors and
+driver share: set ``spark.quail.metrics.dir`` before install().
+
+Retried or speculative tasks write their lines too (counted work is work done).
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import uuid
+from pathlib import Path
+
+BASE_CONF = "spark.quail.metrics.dir"
+SESSION_CONF = "spark.quail.metrics.session_dir"
+COUNTERS = ("requested_tokens", "fresh_tokens", "reused_tokens", "kv_regret_tokens", "forward_passes",
+            "truncated_rows", "errored_rows")
+
+
+def session_dir(spark) -> str:
+    """This session's metrics folder, chosen (and stored in its conf) on first use."""
+    d = _conf(spark, SESSION_CONF)
+    if not d:
+        base = _conf(spark, BASE_CONF) or os.path.join(tempfile.gettempdir(), "quail_spark_metrics")
+        app = _conf(spark, "spark.app.id") or "app"
+        d = os.path.join(base, f"{app}-{uuid.uuid4().hex[:12]}")
+        spark.conf.set(SESSION_CONF, d)
+    Path(d).mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def metrics(spark) -> dict:
+    """Counters summed over all AI work of this session so far.
+
+    Returns
+    -------
+    dict
+        requested_tokens, fresh_tokens, reused_tokens, kv_regret_tokens,
+        forward_passes, truncated_rows, errored_rows (ints) and stages:
+        ``{"<op>: <question>": {"evaluated": n, "passed": m}}``.
+
+    Examples
+    --------
+    >>> import quail_spark
+    >>> before = quail_spark.metrics(spark)                                  # doctest: +SKIP
+    >>> spark.sql("SELECT id FROM notes WHERE ai_if('Is {0} a complaint?', body)").collect()  # doctest: +SKIP
+    >>> quail_spark.metrics(spark)["requested_tokens"] - before["requested_tokens"]  # doctest: +SKIP
+    """
+    out = empty()
+    d = _conf(spark, SESSION_CONF)
+    if not d or not os.path.isdir(d):
+        return out
+    for f in sorted(Path(d).glob("*.jsonl")):
+        with open(f, encoding="utf-8") as fh:
+            for line in fh:
+                try:
+                    add(out, json.loads(line))
+                except json.JSONDecodeError:
+                    continue  # a line cut by a killed worker
+    return out
+
+
+def empty() -> dict:
+    return {**{k: 0 for k in COUNTERS}, "stages": {}}
+
+
+def add(total: dict, delta: dict) -> dict:
+    for k in COUNTERS:
+        total[k] += int(delta.get(k, 0))
+    for name, s in delta.get("stages", {}).items():
+        t = total["stages"].setdefault(name, {"evaluated": 0, "passed": 0})
+        t["evaluated"] += s["evaluated"]
+        t["passed"] += s["passed"]
+    return total
+
+
+def snapshot(stats: dict) -> tuple:
+    """What to keep of an engine's ``stats`` before a batch (see :func:`delta`)."""
+    return {k: stats.get(k, 0) for k in COUNTERS}, len(stats.get("stages", ()))
+
+
+def delta(before: tuple, stats: dict, errored_rows: int = 0) -> dict:
+    counts, n_stages = before
+    out = {k: stats.get(k, 0) - counts[k] for k in COUNTERS if k != "errored_rows"}
+    out["errored_rows"] = errored_rows
+    stages: dict = {}
+    for s in stats.get("stages", [])[n_stages:]:
+        name = f"{s.get('op', 'stage')}: {s.get('question', '')}".rstrip(": ")
+        t = stages.setdefault(name, {"evaluated": 0, "passed": 0})
+        t["evaluated"] += int(s.get("evaluated", 0))
+        t["passed"] += int(s.get("passed", 0))
+    out["stages"] = stages
+    return out
+
+
+_TAG = uuid.uuid4().hex[:8]
+
+
+def append(folder: str | None, counters: dict) -> None:
+    """Append one line of counter deltas to this process's file in ``folder`` (no-op without one)."""
+    if not folder:
+        return
+    os.makedirs(folder, exist_ok=True)
+    line = (json.dumps(counters, sort_keys=True) + "\n").encode()
+    fd = os.open(os.path.join(folder, f"{os.getpid()}-{_TAG}.jsonl"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
+def _conf(spark, key: str):
+    try:
+        return spark.conf.get(key, None)
+    except Exception:  # noqa: BLE001 - a conf Spark refuses to read is unset for us
+        return None

@@ -1,0 +1,71 @@
+"""Run the same queries under Spark Connect (pyspark's bundled local server) and print their rows.
+
+Used by test_connect.py in a subprocess (a classic and a Connect session do not share a
+process easily); also runnable alone: ``python tests/quail_spark/connect_queries.py``.
+Prints one JSON line: {"rows": {name: [[...], ...]}, "report": {...}, "explain": bool,
+"rewritten": bool (the AI join of the plan is the rules' quail_join)}.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+QUERIES = {
+    "filter": "SELECT id FROM c_notes WHERE ai_if('Is {0} a complaint?', body)",
+    "group_by": "SELECT kind, count(*) AS n FROM c_notes WHERE ai_if('Is {0} longer than five words?', body) "
+                "GROUP BY kind",
+    "null_key_join": "SELECT a.id, k.kid FROM c_a a JOIN c_k k ON ai_if('Does {0} mention {1}?', a.body, k.term)",
+}
+NOTES = [(1, "The parcel arrived broken and nobody at the shop answers my emails.", "shop"),
+         (2, "We took a lovely long walk in the park with our old dog.", "life"),
+         (3, None, "life"),
+         (4, "I love this phone, the battery lasts for days.", "shop")]
+A_ROWS = [(1, "My parcel was late"), (2, None), (3, ""), (1, "My parcel was late")]
+K_ROWS = [(10, "parcel"), (11, None), (12, ""), (10, "parcel")]
+
+
+def register(spark) -> None:
+    spark.createDataFrame(NOTES, "id int, body string, kind string").createOrReplaceTempView("c_notes")
+    spark.createDataFrame(A_ROWS, "id int, body string").createOrReplaceTempView("c_a")
+    spark.createDataFrame(K_ROWS, "kid int, term string").createOrReplaceTempView("c_k")
+
+
+def run(spark) -> dict:
+    """Rows of every query through spark.sql, and a QuailSession query's report and explain."""
+    from quail_spark import QuailSession
+
+    qs = QuailSession(spark, model="smollm2-135m", device="cpu")
+    register(spark)
+    rows = {name: sorted([list(r) for r in spark.sql(sql).collect()], key=repr) for name, sql in QUERIES.items()}
+    q = qs.sql("SELECT id FROM c_notes WHERE AI.IF(PROMPT('Is {0} a complaint?', body))")
+    rows["quail_session"] = sorted([list(r) for r in q.collect()], key=repr)
+    from quail_spark.explain import plan_text
+
+    rewritten = "quail_join" in plan_text(spark.sql(QUERIES["null_key_join"]))
+    return {"rows": rows, "report": q.report, "explain": "== SoL estimate ==" in q.explain(print_it=False),
+            "rewritten": rewritten}
+
+
+def main() -> None:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    import quail_spark
+    from pyspark.sql import SparkSession
+
+    builder = (SparkSession.builder.remote("local[2]")
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.sql.execution.arrow.maxRecordsPerBatch", "4"))
+    for k, v in getattr(quail_spark, "spark_conf", dict)().items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    assert type(spark).__module__.startswith("pyspark.sql.connect"), type(spark)
+    try:
+        print(json.dumps(run(spark)))
+    finally:
+        spark.stop()
+
+
+if __name__ == "__main__":
+    main()
