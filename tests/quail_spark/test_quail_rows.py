@@ -37,7 +37,7 @@ MENTION = "Does {0} mention {1}?"
 
 @pytest.fixture(scope="module")
 def smol(spark, tables):
-    quail_spark.install(spark, model="smollm2-135m", device="cpu")
+    quail_spark.install(spark, model="smollm2-135m", device="cpu", kv_pool_tokens=8192)
     spark.createDataFrame([(1, "My parcel was late"), (2, None), (3, ""), (1, "My parcel was late")],
                           "id int, body string").createOrReplaceTempView("a")
     spark.createDataFrame([(10, "parcel"), (11, None), (12, ""), (10, "parcel")],
