@@ -235,17 +235,7 @@ def cost_model_for(model: str, device: str):
     return CostModel(shape, RATES["cpu" if key == "cpu" else "h200"])
 
 
-def load_preset(name: str) -> dict:
-    """A preset from ``conf/``: ``spark/<name>`` (Spark conf) or ``engine/<name>`` (engine settings).
-
-    >>> load_preset("spark/local-cpu")["spark.master"]
-    'local[2]'
-    """
-    path = CONF_DIR / f"{name}.json"
-    if not path.is_file():
-        have = sorted(str(p.relative_to(CONF_DIR).with_suffix("")) for p in CONF_DIR.glob("*/*.json"))
-        raise FileNotFoundError(f"no preset {name!r}; expected one of {have}")
-    return {k: v for k, v in json.loads(path.read_text()).items() if not k.startswith("_")}
+from quail_spark.presets import load_preset  # noqa: E402,F401  (moved to quail_spark/presets.py)
 
 
 def _lit(text: str) -> str:
