@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import re
 import shutil
 import sys
@@ -75,13 +76,17 @@ def run(spec: Spec, spark, fail_on_error: bool = False, progress_every: float = 
     inc.check_input(spec, inp)
     if spec.where:
         inp = inp.where(spec.where)
-    inc.check_key(spec, inp)
     work = inc.work_rows(spec, inp, sink.previous(spark)).persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        n_read, n_todo = work.select(F.count(F.lit(1)), F.sum(inc.needs_any(spec).cast("long"))).first()
+        k = F.col(spec.key)
+        n_read, n_keys, n_todo = work.select(F.count(F.lit(1)), F.count_distinct(k),
+                                             F.sum(inc.needs_any(spec).cast("long"))).first()
+        if n_keys != n_read:
+            inc.check_key(spec, inp)  # names the repeated or NULL keys
         n_todo = n_todo or 0
         own_progress = progress_dir is None
         progress_dir = progress_dir or tempfile.mkdtemp(prefix=f"quail-enrich-{run_id}-")
+        os.makedirs(progress_dir, exist_ok=True)
         counters = spark.sparkContext.accumulator({}, CountersParam())
         out_df = inc.kept_rows(spec, work)
         if n_todo:
@@ -170,9 +175,10 @@ def max_task_failures(master: str, max_failures: str = "4") -> int:
 
 
 def _report(spec, spark, staged, run_id, n_read, n_todo, counters, ai_s) -> dict:
-    errored = spark.read.parquet(staged).where(F.col("_ai_error").isNotNull())
-    n_err = errored.count()
-    examples = [f"{spec.key}={r[0]!r}: {r[1]}" for r in errored.select(spec.key, "_ai_error").limit(3).collect()]
+    n_err, examples = counters.get("errored", 0), []
+    if n_err:  # the accumulator counts successful task attempts; the staged files name the rows
+        errored = spark.read.parquet(staged).where(F.col("_ai_error").isNotNull())
+        examples = [f"{spec.key}={r[0]!r}: {r[1]}" for r in errored.select(spec.key, "_ai_error").limit(3).collect()]
     tokens = counters.get("requested_tokens", 0)
     return {"run_id": run_id, "spec_hash": spec.spec_hash(), "model": spec.model, "device": spec.device,
             "rows_read": n_read, "rows_skipped": n_read - n_todo, "rows_enriched": n_todo - n_err,
