@@ -126,12 +126,14 @@ def hash_text(hashes: dict) -> str:
 
 def _evaluate(plan: StagePlan, col, texts, rows, attempt, counts):
     """(values, per-row error or None) of one AI column over ``rows`` of the batch."""
-    from gpu_worker.ai_calls import evaluate
+    from gpu_worker.ai_calls import evaluate, is_null
 
     from quail_spark.executor import get_engine
 
     cols = [[texts[x][r] for r in rows] for x in col.inputs]
     errs: list = [None] * len(rows)
+    if all(any(is_null(c[i]) for c in cols) for i in range(len(rows))):
+        return [None] * len(rows), errs  # the NULL rule: no prompt, no engine needed
     try:
         eng = get_engine(plan.engine_conf)
         before = dict(eng.stats)
@@ -145,7 +147,7 @@ def _evaluate(plan: StagePlan, col, texts, rows, attempt, counts):
             raise
         why = f"batch failed after {attempt + 1} attempt(s): {type(e).__name__}: {e}"
         logging.getLogger("gpu_worker").error("enrich %s: %s", col.name, why)
-        return [None] * len(rows), [why] * len(rows)
+        return [None] * len(rows), [None if any(is_null(c[i]) for c in cols) else why for i in range(len(rows))]
     return got, errs
 
 

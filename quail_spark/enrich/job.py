@@ -26,7 +26,7 @@ from quail_spark.enrich import incremental as inc
 from quail_spark.enrich.ai_stage import (TEST_BATCH_DELAY, TEST_FAIL_FIRST_ATTEMPT, CountersParam, StagePlan,
                                          enrich_task)
 from quail_spark.enrich.report import summary, write
-from quail_spark.enrich.spec import Spec
+from quail_spark.enrich.spec import Spec, SpecError
 
 ROWS_PER_TASK = 2000
 TEST_ENGINE_DEVICE = "spark.quail.enrich.test.engineDevice"  # TEST ONLY: engine device inside AI tasks
@@ -75,7 +75,13 @@ def run(spec: Spec, spark, fail_on_error: bool = False, progress_every: float = 
     inp = read_input(spark, spec)
     inc.check_input(spec, inp)
     if spec.where:
-        inp = inp.where(spec.where)
+        from pyspark.errors import AnalysisException, ParseException
+
+        try:
+            inp = inp.where(spec.where)
+        except (AnalysisException, ParseException) as e:
+            raise SpecError(f"spec key 'where': {spec.where!r} does not apply to the input: "
+                            f"{str(e).splitlines()[0]}") from None
     work = inc.work_rows(spec, inp, sink.previous(spark)).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         k = F.col(spec.key)

@@ -64,6 +64,8 @@ class ParquetSink:
         for p in self.versions.iterdir():
             if p.is_dir() and p.name not in keep:
                 shutil.rmtree(p, ignore_errors=True)
+        for p in self.link.parent.glob(f".{self.link.name}.*.tmp"):  # a link made just before a kill
+            p.unlink(missing_ok=True)
 
     def _committed(self) -> list:
         cur = self.current()

@@ -74,6 +74,8 @@ class ProgressLine(threading.Thread):
                 f"tokens/s, {rate:,.0f} rows/s, {left}{self._tasks()}")
 
     def _tasks(self) -> str:
+        if self.sc is None:
+            return ""
         st = self.sc.statusTracker()
         done = total = 0
         for sid in st.getActiveStageIds():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import pyarrow.parquet as pq
 
 from quail_spark.enrich import load_spec, run
 from quail_spark.enrich.ai_stage import TEST_BATCH_DELAY
+from quail_spark.enrich.progress import ProgressLine
 
 from .helpers import assert_same_rows, notes, rows, write_spec
 
@@ -61,6 +63,12 @@ def test_sigkill_mid_run_keeps_the_previous_output_and_the_rerun_completes_it(sp
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+    log = (tmp_path / "spec.log").read_text()
+    assert "enrich: 0/" in log and "tokens/s" in log, "the driver's progress line"
+    line = ProgressLine(None, str(progress), 58).line()  # what it prints once rows are done
+    assert re.match(r"enrich: [1-9][\d,]*/58 rows \([\d.]+%\), [\d,]+ tokens/s, [\d,]+ rows/s, ~\d+ s left$",
+                    line), line
+    assert "INFO gpu_worker" in log, "executor logging"
     assert os.readlink(out) == link
     assert pq.read_table(out).equals(before)  # pyarrow reads the previous rows exactly
     partial = [p for p in (tmp_path / "out.parquet.versions").iterdir() if p.is_dir() and not (p / "_SUCCESS").exists()]

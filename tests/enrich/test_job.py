@@ -128,3 +128,14 @@ def test_iceberg_output_commits_one_snapshot_per_run(spark, tmp_path):
     assert (r2["rows_enriched"], len(table.snapshots())) == (1, 2)
     assert table.scan().to_arrow().num_rows == len(got)
     assert table.current_snapshot().summary.operation.value == "overwrite"
+
+
+def test_a_batch_that_fails_on_the_last_attempt_becomes_row_errors(spark, tmp_path):
+    """local[2] gives a task one attempt: an engine that cannot load fails every batch on its last
+    attempt; the rows carry why and the job commits the others' values (none here)."""
+    pq.write_table(notes(6), tmp_path / "notes.parquet")
+    r = enrich(spark, write_spec(tmp_path, where=None, model=str(tmp_path / "no-such-model")))
+    got = pq.read_table(tmp_path / "out.parquet").to_pylist()
+    assert r["rows_errored"] == 6 - 1 and len(got) == 6  # id 3 is NULL: no prompt, no error
+    assert all("batch failed after 1 attempt(s)" in x["_ai_error"] for x in got if x["id"] != 3)
+    assert r["error_examples"]
