@@ -66,7 +66,7 @@ def hash_json(names, hashes) -> F.Column:
 def work_rows(spec: Spec, inp: DataFrame, prev: DataFrame | None) -> DataFrame:
     """Input rows with ``__h{i}`` (new hash), ``__o{i}`` (previous value), ``__n{i}`` (compute?)."""
     key = spec.key
-    hashed = inp.select(F.col(key), *[F.col(x) for x in spec.referenced],
+    hashed = inp.select(F.col(key), *[F.col(x) for x in spec.referenced if x != key],
                         *[row_hash(spec, i).alias(f"__h{i}") for i in range(len(spec.columns))])
     if prev is None:
         work = hashed.select("*", *[F.lit(None).cast(c.result_type).alias(f"__o{i}")

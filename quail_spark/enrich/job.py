@@ -72,16 +72,7 @@ def run(spec: Spec, spark, fail_on_error: bool = False, progress_every: float = 
     sink = sink_for(spec)
     sink.lock()
     sink.clean()
-    inp = read_input(spark, spec)
-    inc.check_input(spec, inp)
-    if spec.where:
-        from pyspark.errors import AnalysisException, ParseException
-
-        try:
-            inp = inp.where(spec.where)
-        except (AnalysisException, ParseException) as e:
-            raise SpecError(f"spec key 'where': {spec.where!r} does not apply to the input: "
-                            f"{str(e).splitlines()[0]}") from None
+    inp = input_rows(spark, spec)
     work = inc.work_rows(spec, inp, sink.previous(spark)).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         k = F.col(spec.key)
@@ -89,32 +80,8 @@ def run(spec: Spec, spark, fail_on_error: bool = False, progress_every: float = 
                                              F.sum(inc.needs_any(spec).cast("long"))).first()
         if n_keys != n_read:
             inc.check_key(spec, inp)  # names the repeated or NULL keys
-        n_todo = n_todo or 0
-        own_progress = progress_dir is None
-        progress_dir = progress_dir or tempfile.mkdtemp(prefix=f"quail-enrich-{run_id}-")
-        os.makedirs(progress_dir, exist_ok=True)
-        counters = spark.sparkContext.accumulator({}, CountersParam())
-        out_df = inc.kept_rows(spec, work)
-        if n_todo:
-            plan = stage_plan(spec, spark, run_id, progress_dir, counters)
-            out_df = out_df.unionByName(ai_rows(spec, spark, work, inp.schema, plan, n_todo))
-        staged = sink.staging(run_id, schema=_arrow_schema(out_df.schema))
-        t_ai = time.time()
-        line = None
-        if n_todo:
-            from quail_spark.enrich.progress import ProgressLine
-
-            line = ProgressLine(spark.sparkContext, progress_dir, n_todo, progress_every)
-            line.start()
-        try:
-            out_df.write.mode("errorifexists").parquet(staged)
-        finally:
-            if line is not None:
-                line.stop()
-            if own_progress:
-                shutil.rmtree(progress_dir, ignore_errors=True)
-        ai_s = time.time() - t_ai
-        report = _report(spec, spark, staged, run_id, n_read, n_todo, dict(counters.value), ai_s)
+        report = stage(spec, spark, sink, work, inp.schema, run_id, n_read, n_todo or 0,
+                       progress_dir, progress_every)
     finally:
         work.unpersist()
     report["output"] = sink.describe()
@@ -124,11 +91,53 @@ def run(spec: Spec, spark, fail_on_error: bool = False, progress_every: float = 
         print(summary(report), file=out, flush=True)
         raise EnrichFailed(f"{report['rows_errored']} row(s) could not be scored and --fail-on-error is set; "
                            f"nothing committed, {sink.describe()} is unchanged", report)
-    sink.commit(staged, run_id)
+    sink.commit(report["version"], run_id)
     report.update(committed=True, wall_s=round(time.time() - t0, 3))
     write(report, sink.report_path)
     print(summary(report), file=out, flush=True)
     return report
+
+
+def input_rows(spark, spec: Spec):
+    """The input, checked against the spec, after ``where``."""
+    inp = read_input(spark, spec)
+    inc.check_input(spec, inp)
+    if not spec.where:
+        return inp
+    from pyspark.errors import AnalysisException, ParseException
+
+    try:
+        return inp.where(spec.where)
+    except (AnalysisException, ParseException) as e:
+        raise SpecError(f"spec key 'where': {spec.where!r} does not apply to the input: "
+                        f"{str(e).splitlines()[0]}") from None
+
+
+def stage(spec, spark, sink, work, input_schema, run_id, n_read, n_todo, progress_dir, progress_every) -> dict:
+    """Write kept and computed rows to a staging version (not yet committed); the report so far."""
+    own_progress = progress_dir is None
+    progress_dir = progress_dir or tempfile.mkdtemp(prefix=f"quail-enrich-{run_id}-")
+    os.makedirs(progress_dir, exist_ok=True)
+    counters = spark.sparkContext.accumulator({}, CountersParam())
+    out_df = inc.kept_rows(spec, work)
+    if n_todo:
+        plan = stage_plan(spec, spark, run_id, progress_dir, counters)
+        out_df = out_df.unionByName(ai_rows(spec, spark, work, input_schema, plan, n_todo))
+    staged = sink.staging(run_id, schema=_arrow_schema(out_df.schema))
+    t_ai, line = time.time(), None
+    if n_todo:
+        from quail_spark.enrich.progress import ProgressLine
+
+        line = ProgressLine(spark.sparkContext, progress_dir, n_todo, progress_every)
+        line.start()
+    try:
+        out_df.write.mode("errorifexists").parquet(staged)
+    finally:
+        if line is not None:
+            line.stop()
+        if own_progress:
+            shutil.rmtree(progress_dir, ignore_errors=True)
+    return _report(spec, spark, staged, run_id, n_read, n_todo, dict(counters.value), time.time() - t_ai)
 
 
 def stage_plan(spec: Spec, spark, run_id: str, progress_dir: str, counters) -> StagePlan:

@@ -139,3 +139,24 @@ def test_a_batch_that_fails_on_the_last_attempt_becomes_row_errors(spark, tmp_pa
     assert r["rows_errored"] == 6 - 1 and len(got) == 6  # id 3 is NULL: no prompt, no error
     assert all("batch failed after 1 attempt(s)" in x["_ai_error"] for x in got if x["id"] != 3)
     assert r["error_examples"]
+
+
+def test_json_lines_csv_and_catalog_table_inputs_give_the_parquet_rows(spark, tmp_path):
+    data = notes(5)
+    pq.write_table(data, tmp_path / "notes.parquet")
+    cols = {"complaint": COLUMNS["complaint"]}
+    enrich(spark, write_spec(tmp_path, columns=cols, where=None))
+    want = rows_of_fields(tmp_path / "out.parquet")
+    with open(tmp_path / "notes.jsonl", "w") as f:
+        for r in data.to_pylist():
+            f.write(json.dumps(r) + "\n")
+    data.to_pandas().to_csv(tmp_path / "notes.csv", index=False)
+    spark.read.parquet(str(tmp_path / "notes.parquet")).createOrReplaceTempView("enrich_input")
+    for src in ("notes.jsonl", "notes.csv", "enrich_input"):
+        out = src.replace(".", "_") + ".parquet"
+        enrich(spark, write_spec(tmp_path, src + ".json", input=src, output=out, columns=cols, where=None))
+        assert rows_of_fields(tmp_path / out) == want, src
+
+
+def rows_of_fields(path):
+    return sorted((r["id"], r["complaint"], r["_ai_error"]) for r in pq.read_table(path).to_pylist())
