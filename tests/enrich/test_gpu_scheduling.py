@@ -49,6 +49,8 @@ def test_local_cluster_ai_tasks_each_bind_one_gpu_and_first_attempt_failures_cha
                            "spark/local-cpu", "--progress-dir", str(progress), *args],
                           env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    # the default profile (scans, shuffles, the write of kept rows) asks for no GPU per task
+    assert "gpu was specified but no corresponding task resource request" in proc.stderr
 
     tasks = [json.loads(p.read_text()) for p in sorted(progress.glob("p*-a*.json"))]
     assert tasks and all(p.name.endswith("-a1.json") for p in progress.glob("*.json")), \
