@@ -47,14 +47,15 @@ def test_local_cluster_ai_tasks_each_bind_one_gpu_and_first_attempt_failures_cha
     args = [a for k, v in conf.items() for a in ("--conf", f"{k}={v}")]
     proc = subprocess.run([sys.executable, "-m", "quail_spark.cli", "enrich", str(spec), "--spark-preset",
                            "spark/local-cpu", "--progress-dir", str(progress), *args],
-                          env=env, capture_output=True, text=True, timeout=240)
+                          env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     # the default profile (scans, shuffles, the write of kept rows) asks for no GPU per task
     assert "gpu was specified but no corresponding task resource request" in proc.stderr
 
-    tasks = [json.loads(p.read_text()) for p in sorted(progress.glob("p*-a*.json"))]
-    assert tasks and all(p.name.endswith("-a1.json") for p in progress.glob("*.json")), \
-        "every AI task failed once and finished on its second attempt"
+    records = {p.name: json.loads(p.read_text()) for p in sorted(progress.glob("p*-a*.json"))}
+    tasks = list(records.values())
+    assert tasks and all(name.endswith("-a1.json") for name, t in records.items() if t.get("rows")), \
+        "every AI task with rows failed once and finished on its second attempt"
     assert all(len(t["gpu"]) == 1 for t in tasks), [t["gpu"] for t in tasks]
     overlaps = 0
     for a, b in combinations(tasks, 2):
