@@ -42,7 +42,7 @@ def spark_session():
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from pyspark.sql import SparkSession
 
-    from quail_spark.session import load_preset
+    from quail_spark.presets import load_preset
 
     builder = SparkSession.builder
     for key, value in load_preset("spark/local-cpu").items():

@@ -15,14 +15,11 @@ Python state and so works under Spark Connect too.
 """
 from __future__ import annotations
 
-import json
 import time
-from pathlib import Path
 
 from quail_spark import cost as C
 from quail_spark.dialect import AICall, to_spark
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 
 
 class QuailSession:
@@ -192,16 +189,3 @@ def _difference(after, before):
     if isinstance(after, (int, float)) and not isinstance(after, bool) and isinstance(before, (int, float)):
         return after - before
     return after
-
-
-def load_preset(name: str) -> dict:
-    """A preset from ``conf/``: ``spark/<name>`` (Spark conf) or ``engine/<name>`` (engine settings).
-
-    >>> load_preset("spark/local-cpu")["spark.master"]
-    'local[2]'
-    """
-    path = CONF_DIR / f"{name}.json"
-    if not path.is_file():
-        have = sorted(str(p.relative_to(CONF_DIR).with_suffix("")) for p in CONF_DIR.glob("*/*.json"))
-        raise FileNotFoundError(f"no preset {name!r}; expected one of {have}")
-    return {k: v for k, v in json.loads(path.read_text()).items() if not k.startswith("_")}

@@ -18,3 +18,25 @@ def test_engine_preset_is_valid(path):
 
 def test_presets_exist():
     assert {p.stem for p in PRESETS} >= {"cpu", "gpu", "gpu-fp8"}
+
+
+SPARK_PRESETS = sorted((Path(__file__).resolve().parent.parent / "conf" / "spark").glob("*.json"))
+
+
+@pytest.mark.parametrize("path", SPARK_PRESETS, ids=[p.stem for p in SPARK_PRESETS])
+def test_spark_presets_enable_the_extension_and_the_progress_bar(path):
+    from quail_spark.presets import load_preset
+
+    conf = load_preset(f"spark/{path.stem}")
+    assert conf["spark.sql.extensions"] == "io.quailspark.QuailExtensions"
+    assert conf["spark.ui.showConsoleProgress"] == "true"
+    import quail_spark
+
+    assert quail_spark.spark_conf().items() <= conf.items()  # the jar path, once built
+
+
+def test_load_preset_names_the_choices():
+    from quail_spark.presets import load_preset
+
+    with pytest.raises(FileNotFoundError, match="spark/local-cpu"):
+        load_preset("spark/nope")

@@ -1,0 +1,230 @@
+"""Executor side of an enrichment: the mapInArrow function that evaluates AI columns.
+
+Each input batch holds the key, the referenced input columns and, per AI column
+``i``, ``__n{i}`` (compute it for this row?), ``__o{i}`` (the value kept from
+the previous output) and ``__h{i}`` (the row's new content hash for it). Every
+value comes from :func:`gpu_worker.ai_calls.evaluate` (the one rendering and
+NULL rule of every path). A row that cannot be scored gets its reason in
+``_ai_error`` and the task goes on; a batch that raises is retried by Spark and,
+on the last attempt Spark allows, is written with ``_ai_error`` set on its rows.
+
+Plain data only crosses from the driver (:class:`StagePlan`); the engine comes
+from the worker's cache (``quail_spark.executor.get_engine``).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.accumulators import AccumulatorParam
+
+ARROW_TYPES = {"boolean": pa.bool_(), "double": pa.float64(), "string": pa.string()}
+TEST_FAIL_FIRST_ATTEMPT = "spark.quail.enrich.test.failFirstAttempt"  # TEST ONLY settings
+TEST_BATCH_DELAY = "spark.quail.enrich.test.batchDelaySeconds"
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    """What every AI task needs, made on the driver."""
+
+    engine_conf: dict
+    key: str
+    columns: tuple          # of spec.AIColumn
+    max_failures: int       # Spark's task attempts; the last one records errors instead of raising
+    progress_dir: str | None = None
+    run_id: str = ""
+    counters: object = None  # a Spark accumulator (CountersParam): counters of successful tasks
+    test_fail_first_attempt: bool = False  # TEST ONLY: raise in every first attempt of a task
+    test_batch_delay_s: float = 0.0        # TEST ONLY: sleep after each batch (a run long enough to kill)
+
+
+def enrich_task(plan: StagePlan, batches):
+    """mapInArrow function: AI columns (and ``_ai_error``, ``_ai_hash``) of each batch."""
+    from pyspark import TaskContext
+
+    _configure_logging()
+    ctx = TaskContext.get()
+    attempt = ctx.attemptNumber() if ctx else 0
+    progress = Progress(plan, ctx)
+    for batch in batches:
+        if plan.test_fail_first_attempt and attempt == 0:
+            raise RuntimeError(f"test-only failure of a first task attempt ({TEST_FAIL_FIRST_ATTEMPT})")
+        out, counts = evaluate_batch(plan, batch, attempt)
+        progress.add(counts)
+        if plan.test_batch_delay_s:
+            time.sleep(plan.test_batch_delay_s)
+        yield out
+    progress.flush(final=True)
+    if plan.counters is not None:
+        plan.counters.add(progress.counts)
+
+
+class CountersParam(AccumulatorParam):
+    """Sums dicts of counters (Spark merges the updates of successful task attempts only)."""
+
+    def zero(self, value):
+        return {}
+
+    def addInPlace(self, a, b):
+        for k, v in b.items():
+            a[k] = a.get(k, 0) + v
+        return a
+
+
+def evaluate_batch(plan: StagePlan, batch: pa.RecordBatch, attempt: int = 0):
+    """(output batch, counters) of one input batch."""
+    n = batch.num_rows
+    errors: list[list[str]] = [[] for _ in range(n)]
+    texts, decode_errors = _texts(batch, plan.columns)
+    values, hashes = [], [dict() for _ in range(n)]
+    counts = {"rows": n, "truncated": 0, "requested_tokens": 0, "fresh_tokens": 0,
+              "kv_regret_tokens": 0}
+    need_any = [False] * n
+    for i, col in enumerate(plan.columns):
+        need = batch.column(f"__n{i}").to_pylist()
+        new_hash = batch.column(f"__h{i}").to_pylist()
+        vals = batch.column(f"__o{i}").to_pylist()
+        rows = []
+        for r in range(n):
+            if not need[r]:
+                hashes[r][col.name] = new_hash[r]  # kept from the previous output
+                continue
+            need_any[r], vals[r] = True, None
+            bad = [decode_errors[(x, r)] for x in col.inputs if (x, r) in decode_errors]
+            if bad:
+                errors[r].append(f"{col.name}: {bad[0]}")
+            else:
+                rows.append(r)
+        if rows:
+            got, errs = _evaluate(plan, col, texts, rows, attempt, counts)
+            for r, v, e in zip(rows, got, errs):
+                vals[r] = v
+                if e is None:
+                    hashes[r][col.name] = new_hash[r]
+                else:
+                    errors[r].append(f"{col.name}: {e}")
+        values.append(pa.array(vals, ARROW_TYPES[col.result_type]))
+    counts["computed"] = sum(need_any)
+    counts["errored"] = sum(1 for e in errors if e)
+    out = pa.RecordBatch.from_arrays(
+        [batch.column(plan.key), *values,
+         pa.array(["; ".join(e) if e else None for e in errors], pa.string()),
+         pa.array([hash_text(h) for h in hashes], pa.string())],
+        names=[plan.key, *[c.name for c in plan.columns], "_ai_error", "_ai_hash"])
+    return out, counts
+
+
+def hash_text(hashes: dict) -> str:
+    """``_ai_hash`` exactly as Spark's ``to_json`` writes a map with sorted keys."""
+    return json.dumps(hashes, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _evaluate(plan: StagePlan, col, texts, rows, attempt, counts):
+    """(values, per-row error or None) of one AI column over ``rows`` of the batch."""
+    from gpu_worker.ai_calls import evaluate, is_null
+
+    from quail_spark.executor import get_engine
+
+    cols = [[texts[x][r] for r in rows] for x in col.inputs]
+    errs: list = [None] * len(rows)
+    if all(any(is_null(c[i]) for c in cols) for i in range(len(rows))):
+        return [None] * len(rows), errs  # the NULL rule: no prompt, no engine needed
+    try:
+        eng = get_engine(plan.engine_conf)
+        before = dict(eng.stats)
+        got = evaluate(eng, col.call, cols, errors=errs,
+                       where=lambda i: f"row with {plan.key} at batch position {rows[i]}")
+        for k in ("requested_tokens", "fresh_tokens", "kv_regret_tokens"):
+            counts[k] += eng.stats[k] - before[k]
+        counts["truncated"] += eng.stats["truncated_rows"] - before["truncated_rows"]
+    except Exception as e:  # noqa: BLE001 - a failed batch becomes per-row errors on the last attempt
+        if attempt + 1 < plan.max_failures:
+            raise
+        why = f"batch failed after {attempt + 1} attempt(s): {type(e).__name__}: {e}"
+        logging.getLogger("gpu_worker").error("enrich %s: %s", col.name, why)
+        return [None] * len(rows), [None if any(is_null(c[i]) for c in cols) else why for i in range(len(rows))]
+    return got, errs
+
+
+def _texts(batch, columns):
+    """Referenced columns as Python str/None; binary is decoded as UTF-8, per row.
+
+    Returns (name -> list, {(name, row): why} for undecodable values).
+    """
+    out, bad = {}, {}
+    for name in {x for c in columns for x in c.inputs}:
+        arr = batch.column(name)
+        if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
+            try:
+                out[name] = arr.to_pylist()
+                continue
+            except UnicodeDecodeError:
+                arr = arr.cast(pa.binary())
+        vals = []
+        for r, v in enumerate(arr.to_pylist()):
+            try:
+                vals.append(None if v is None else v.decode("utf-8"))
+            except UnicodeDecodeError as e:
+                bad[(name, r)] = f"undecodable text in column {name!r} ({e.reason} at byte {e.start})"
+                vals.append(None)
+        out[name] = vals
+    return out, bad
+
+
+class Progress:
+    """Per-task counters appended as small JSON records to the run's progress folder.
+
+    One file per (partition, attempt), rewritten atomically: the driver sums the
+    newest attempt of each partition. Best effort: a folder executors cannot
+    reach (a cluster without a shared file system) only loses the progress line.
+    """
+
+    def __init__(self, plan: StagePlan, ctx, every_s: float = 1.0):
+        self.path = None
+        if plan.progress_dir and ctx is not None:
+            self.path = os.path.join(plan.progress_dir, f"p{ctx.partitionId():06d}-a{ctx.attemptNumber()}.json")
+        gpu = ctx.resources().get("gpu") if ctx is not None else None
+        self.task = {"gpu": list(gpu.addresses) if gpu is not None else [], "pid": os.getpid(),
+                     "start": time.time()}
+        self.counts: dict = {}
+        self.every_s, self.last = every_s, 0.0
+
+    def add(self, counts: dict) -> None:
+        for k, v in counts.items():
+            self.counts[k] = self.counts.get(k, 0) + v
+        if time.time() - self.last >= self.every_s:
+            self.flush()
+
+    def flush(self, final: bool = False) -> None:
+        if self.path is None:
+            return
+        self.last = time.time()
+        try:
+            tmp = self.path + ".tmp"
+            with open(tmp, "w") as f:
+                json.dump({**self.task, **self.counts, "done": final, "t": self.last}, f)
+            os.replace(tmp, self.path)
+        except OSError:
+            self.path = None
+
+
+_LOGGING_SET = False
+
+
+def _configure_logging() -> None:
+    """The ``gpu_worker`` logger writes INFO lines to the executor's stderr (its log)."""
+    global _LOGGING_SET
+    if _LOGGING_SET:
+        return
+    log = logging.getLogger("gpu_worker")
+    if not log.handlers:
+        h = logging.StreamHandler(sys.stderr)
+        h.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s [pid %(process)d]: %(message)s"))
+        log.addHandler(h)
+        log.setLevel(os.environ.get("QUAIL_LOG_LEVEL", "INFO"))
+    _LOGGING_SET = True

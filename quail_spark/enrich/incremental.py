@@ -1,0 +1,101 @@
+"""Which rows a run must compute: content hashes against the previous output.
+
+Every AI column ``c`` of a row has a hash of (the column's call, model and
+value-changing engine settings; the row's referenced input values). The output
+keeps the hashes of the values it holds in ``_ai_hash`` (JSON, column ->
+hash; a column whose value errored has no entry). A rerun recomputes a column
+of a row when its hash is new, changed or missing, and keeps the previous value
+otherwise; rows that left the input (or the ``where``) leave the output.
+
+Before (previous output and input)::
+
+    id  body        _ai_hash                 id  body
+    1   "late!"     {"complaint": "9f.."}     1   "late!"        -> kept
+    2   "thanks"    {"complaint": "c1.."}     2   "thanks, bye"  -> computed (content)
+                                              3   "broken"       -> computed (new key)
+"""
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from quail_spark.enrich.spec import Spec, SpecError
+
+TEXT_TYPES = ("string", "binary")
+
+
+def check_input(spec: Spec, df: DataFrame) -> None:
+    """The key and every referenced column exist; documents are text (string or binary)."""
+    types = dict(df.dtypes)
+    if spec.key not in types:
+        raise SpecError(f"key {spec.key!r} is not an input column; the input has {sorted(types)}")
+    for c in spec.columns:
+        for x in c.inputs:
+            if x not in types:
+                raise SpecError(f"column {c.name!r}: {x!r} is not an input column; the input has {sorted(types)}")
+            if types[x] not in TEXT_TYPES:
+                raise SpecError(f"column {c.name!r}: input column {x!r} is {types[x]}; AI calls read text "
+                                "(string or binary) columns")
+
+
+def check_key(spec: Spec, df: DataFrame) -> None:
+    """The key is never NULL and never repeats (else a rerun could not match rows)."""
+    k = F.col(spec.key)
+    dup = df.groupBy(k).count().where((F.col("count") > 1) | k.isNull()).limit(3).collect()
+    if dup:
+        shown = ", ".join(f"{r[0]!r} ({r[1]} rows)" for r in dup)
+        raise SpecError(f"key {spec.key!r} must be unique and not NULL; found {shown}")
+
+
+def row_hash(spec: Spec, i: int) -> F.Column:
+    """Hash of column ``i``'s call and the row's values of its input columns (16 hex digits)."""
+    col = spec.columns[i]
+    parts = [F.lit(spec.column_hash(col))]
+    for x in col.inputs:
+        parts.append(F.coalesce(F.sha2(F.col(x).cast("binary"), 256), F.lit("NULL")))
+    return F.substring(F.sha2(F.concat_ws("|", *parts), 256), 1, 16)
+
+
+def hash_json(names, hashes) -> F.Column:
+    """``_ai_hash`` as Spark writes it: compact JSON, keys sorted (as the tasks write it)."""
+    pairs = sorted(zip(names, hashes), key=lambda p: p[0])
+    args = [a for n, h in pairs for a in (F.lit(n), h)]
+    return F.to_json(F.create_map(*args))
+
+
+def work_rows(spec: Spec, inp: DataFrame, prev: DataFrame | None) -> DataFrame:
+    """Input rows with ``__h{i}`` (new hash), ``__o{i}`` (previous value), ``__n{i}`` (compute?)."""
+    key = spec.key
+    hashed = inp.select(F.col(key), *[F.col(x) for x in spec.referenced if x != key],
+                        *[row_hash(spec, i).alias(f"__h{i}") for i in range(len(spec.columns))])
+    if prev is None:
+        work = hashed.select("*", *[F.lit(None).cast(c.result_type).alias(f"__o{i}")
+                                    for i, c in enumerate(spec.columns)],
+                             F.lit(None).cast("map<string,string>").alias("__oldh"))
+    else:
+        ptypes = dict(prev.dtypes)
+        old = prev.select(F.col(key).alias("__k"), *[
+            (F.col(c.name) if ptypes.get(c.name) == c.result_type else F.lit(None).cast(c.result_type))
+            .alias(f"__o{i}") for i, c in enumerate(spec.columns)],
+            F.from_json(F.col("_ai_hash"), "map<string,string>").alias("__oldh"))
+        work = hashed.join(old, hashed[key] == old["__k"], "left").drop("__k")
+    for i, c in enumerate(spec.columns):
+        had = F.try_element_at(F.col("__oldh"), F.lit(c.name))
+        work = work.withColumn(f"__n{i}", had.isNull() | (had != F.col(f"__h{i}")))
+    return work.drop("__oldh")
+
+
+def needs_any(spec: Spec) -> F.Column:
+    cond = F.lit(False)
+    for i in range(len(spec.columns)):
+        cond = cond | F.col(f"__n{i}")
+    return cond
+
+
+def kept_rows(spec: Spec, work: DataFrame) -> DataFrame:
+    """Rows with nothing to compute, in the output's layout."""
+    names = [c.name for c in spec.columns]
+    return work.where(~needs_any(spec)).select(
+        F.col(spec.key), *[F.col(f"__o{i}").alias(n) for i, n in enumerate(names)],
+        F.lit(None).cast("string").alias("_ai_error"),
+        hash_json(names, [F.col(f"__h{i}") for i in range(len(names))]).alias("_ai_hash"))

@@ -1,0 +1,211 @@
+"""One enrichment run: read, find the rows to compute, evaluate them, commit atomically, report.
+
+    >>> from quail_spark.enrich import load_spec, run            # doctest: +SKIP
+    >>> report = run(load_spec("notes.json"), spark)             # doctest: +SKIP
+    >>> report["rows_enriched"] + report["rows_skipped"] + report["rows_errored"] == report["rows_read"]  # doctest: +SKIP
+    True
+"""
+from __future__ import annotations
+
+import functools
+import math
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+
+from pyspark import StorageLevel
+from pyspark.sql import functions as F
+from pyspark.sql.types import StringType, StructField, StructType, _parse_datatype_string
+
+from quail_spark import executor
+from quail_spark.enrich import incremental as inc
+from quail_spark.enrich.ai_stage import (TEST_BATCH_DELAY, TEST_FAIL_FIRST_ATTEMPT, CountersParam, StagePlan,
+                                         enrich_task)
+from quail_spark.enrich.report import summary, write
+from quail_spark.enrich.spec import Spec, SpecError
+
+ROWS_PER_TASK = 2000
+TEST_ENGINE_DEVICE = "spark.quail.enrich.test.engineDevice"  # TEST ONLY: engine device inside AI tasks
+GPU_DEVICES = ("cuda", "gpu")
+
+
+class EnrichFailed(RuntimeError):
+    """``fail_on_error`` and some rows could not be scored: nothing was committed."""
+
+    def __init__(self, message: str, report: dict):
+        super().__init__(message)
+        self.report = report
+
+
+def read_input(spark, spec: Spec):
+    """The input as a DataFrame: a Parquet / JSON lines / CSV path, or a catalog table."""
+    src = spec.input
+    low = src.lower().rstrip("/")
+    if low.endswith((".json", ".jsonl")):
+        return spark.read.json(spec.path(src))
+    if low.endswith(".csv"):
+        return spark.read.option("header", "true").option("inferSchema", "true").csv(spec.path(src))
+    if low.endswith(".parquet") or "/" in src:
+        return spark.read.parquet(spec.path(src))
+    return spark.table(src)
+
+
+def sink_for(spec: Spec):
+    if spec.iceberg:
+        from quail_spark.enrich.iceberg_sink import IcebergSink
+
+        return IcebergSink(spec)
+    from quail_spark.enrich.parquet_sink import ParquetSink
+
+    return ParquetSink(spec.path(spec.output))
+
+
+def run(spec: Spec, spark, fail_on_error: bool = False, progress_every: float = 10.0,
+        progress_dir: str | None = None, out=sys.stdout) -> dict:
+    """Run ``spec`` on ``spark``; returns the report (also printed and written beside the output)."""
+    t0 = time.time()
+    run_id = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
+    sink = sink_for(spec)
+    sink.lock()
+    sink.clean()
+    inp = input_rows(spark, spec)
+    work = inc.work_rows(spec, inp, sink.previous(spark)).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        k = F.col(spec.key)
+        n_read, n_keys, n_todo = work.select(F.count(F.lit(1)), F.count_distinct(k),
+                                             F.sum(inc.needs_any(spec).cast("long"))).first()
+        if n_keys != n_read:
+            inc.check_key(spec, inp)  # names the repeated or NULL keys
+        report = stage(spec, spark, sink, work, inp.schema, run_id, n_read, n_todo or 0,
+                       progress_dir, progress_every)
+    finally:
+        work.unpersist()
+    report["output"] = sink.describe()
+    if fail_on_error and report["rows_errored"]:
+        report.update(committed=False, wall_s=round(time.time() - t0, 3))
+        write(report, sink.report_path)
+        print(summary(report), file=out, flush=True)
+        raise EnrichFailed(f"{report['rows_errored']} row(s) could not be scored and --fail-on-error is set; "
+                           f"nothing committed, {sink.describe()} is unchanged", report)
+    sink.commit(report["version"], run_id)
+    report.update(committed=True, wall_s=round(time.time() - t0, 3))
+    write(report, sink.report_path)
+    print(summary(report), file=out, flush=True)
+    return report
+
+
+def input_rows(spark, spec: Spec):
+    """The input, checked against the spec, after ``where``."""
+    inp = read_input(spark, spec)
+    inc.check_input(spec, inp)
+    if not spec.where:
+        return inp
+    from pyspark.errors import AnalysisException, ParseException
+
+    try:
+        return inp.where(spec.where)
+    except (AnalysisException, ParseException) as e:
+        raise SpecError(f"spec key 'where': {spec.where!r} does not apply to the input: "
+                        f"{str(e).splitlines()[0]}") from None
+
+
+def stage(spec, spark, sink, work, input_schema, run_id, n_read, n_todo, progress_dir, progress_every) -> dict:
+    """Write kept and computed rows to a staging version (not yet committed); the report so far."""
+    own_progress = progress_dir is None
+    progress_dir = progress_dir or tempfile.mkdtemp(prefix=f"quail-enrich-{run_id}-")
+    os.makedirs(progress_dir, exist_ok=True)
+    counters = spark.sparkContext.accumulator({}, CountersParam())
+    out_df = inc.kept_rows(spec, work)
+    if n_todo:
+        plan = stage_plan(spec, spark, run_id, progress_dir, counters)
+        out_df = out_df.unionByName(ai_rows(spec, spark, work, input_schema, plan, n_todo))
+    staged = sink.staging(run_id, schema=_arrow_schema(out_df.schema))
+    t_ai, line = time.time(), None
+    if n_todo:
+        from quail_spark.enrich.progress import ProgressLine
+
+        line = ProgressLine(spark.sparkContext, progress_dir, n_todo, progress_every)
+        line.start()
+    try:
+        out_df.write.mode("errorifexists").parquet(staged)
+    finally:
+        if line is not None:
+            line.stop()
+        if own_progress:
+            shutil.rmtree(progress_dir, ignore_errors=True)
+    return _report(spec, spark, staged, run_id, n_read, n_todo, dict(counters.value), time.time() - t_ai)
+
+
+def stage_plan(spec: Spec, spark, run_id: str, progress_dir: str, counters) -> StagePlan:
+    conf = spark.conf  # the session's conf: the context's settings and any set since
+    engine = executor.engine_conf(spec.model, spec.device, **spec.engine)
+    device = conf.get(TEST_ENGINE_DEVICE, None)
+    if device:
+        engine = {**engine, "device": device}
+    failures = max_task_failures(spark.sparkContext.master, conf.get("spark.task.maxFailures", "4"))
+    return StagePlan(engine, spec.key, spec.columns, failures, progress_dir, run_id, counters,
+                     conf.get(TEST_FAIL_FIRST_ATTEMPT, "false").lower() == "true",
+                     float(conf.get(TEST_BATCH_DELAY, "0")))
+
+
+def ai_rows(spec: Spec, spark, work, input_schema, plan: StagePlan, n_todo: int):
+    """Rows to compute, shuffled into AI tasks by key, evaluated by ``enrich_task``.
+
+    On a GPU device the AI stage alone asks for one GPU per task (stage-level
+    scheduling), so scans and shuffles run on executors without holding one.
+    """
+    n_tasks = max(spark.sparkContext.defaultParallelism, math.ceil(n_todo / ROWS_PER_TASK))
+    todo = work.where(inc.needs_any(spec)).repartition(n_tasks, spec.key)
+    schema = StructType([input_schema[spec.key], *[
+        StructField(c.name, _parse_datatype_string(c.result_type)) for c in spec.columns],
+        StructField("_ai_error", StringType()), StructField("_ai_hash", StringType())])
+    return todo.mapInArrow(functools.partial(enrich_task, plan), schema, profile=gpu_profile(spec, spark))
+
+
+def gpu_profile(spec: Spec, spark):
+    """A ResourceProfile asking one GPU per task, or None (CPU device, or local mode without a cluster)."""
+    master = spark.sparkContext.master
+    if spec.device.split(":")[0] not in GPU_DEVICES or master == "local" or master.startswith("local["):
+        return None
+    from pyspark.resource import ResourceProfileBuilder, TaskResourceRequests
+
+    cpus = int(spark.conf.get("spark.task.cpus", "1"))
+    return ResourceProfileBuilder().require(TaskResourceRequests().cpus(cpus).resource("gpu", 1.0)).build
+
+
+def max_task_failures(master: str, max_failures: str = "4") -> int:
+    """Attempts Spark gives a task: local[N, F] -> F, local[N] -> 1, else spark.task.maxFailures.
+
+    >>> max_task_failures("local[2, 3]"), max_task_failures("local[2]"), max_task_failures("yarn")
+    (3, 1, 4)
+    """
+    if master == "local" or master.startswith("local["):
+        m = re.match(r"local\[[^,\]]+,\s*(\d+)\]", master)
+        return int(m.group(1)) if m else 1
+    return int(max_failures)
+
+
+def _report(spec, spark, staged, run_id, n_read, n_todo, counters, ai_s) -> dict:
+    n_err, examples = counters.get("errored", 0), []
+    if n_err:  # the accumulator counts successful task attempts; the staged files name the rows
+        errored = spark.read.parquet(staged).where(F.col("_ai_error").isNotNull())
+        examples = [f"{spec.key}={r[0]!r}: {r[1]}" for r in errored.select(spec.key, "_ai_error").limit(3).collect()]
+    tokens = counters.get("requested_tokens", 0)
+    return {"run_id": run_id, "spec_hash": spec.spec_hash(), "model": spec.model, "device": spec.device,
+            "rows_read": n_read, "rows_skipped": n_read - n_todo, "rows_enriched": n_todo - n_err,
+            "rows_errored": n_err, "rows_truncated": counters.get("truncated", 0),
+            "requested_tokens": tokens, "fresh_tokens": counters.get("fresh_tokens", 0),
+            "kv_regret_tokens": counters.get("kv_regret_tokens", 0),
+            "ai_wall_s": round(ai_s, 3), "rows_per_s": round(n_todo / ai_s, 1) if ai_s else 0.0,
+            "tokens_per_s": round(tokens / ai_s, 1) if ai_s else 0.0, "version": staged,
+            "error_examples": examples}
+
+
+def _arrow_schema(schema):
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(schema)

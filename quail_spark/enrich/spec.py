@@ -1,0 +1,216 @@
+"""The enrichment spec: loading (JSON or YAML), validation, AI column parsing, hashes.
+
+A spec names an input, an output, a unique key and new columns, each one AI
+call over input columns::
+
+    {"input": "notes.parquet", "output": "notes_ai.parquet", "key": "id",
+     "columns": {"complaint": "ai_if('Is {0} a complaint?', body)",
+                 "label": "ai_classify(body, array('bug', 'praise'))"},
+     "where": "lang = 'en'", "model": "smollm2-135m", "device": "cpu",
+     "engine": {"token_budget": 2048}}
+
+Relative paths are read relative to the spec file's folder. Never imports pyspark.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpu_worker.ai_calls import Call
+
+KEYS = {"input": "input path (.parquet/.jsonl/.json/.csv) or catalog table",
+        "output": "output Parquet path, or 'iceberg:<namespace>.<table>'",
+        "key": "unique row key column", "columns": "{name: AI call expression}",
+        "where": "optional SQL condition on input rows", "model": "engine model",
+        "device": "'cpu', 'cuda' (the GPU Spark assigns each AI task) or 'auto'",
+        "engine": "other EngineConfig fields", "catalog": "pyiceberg catalog properties (Iceberg output)"}
+REQUIRED = ("input", "output", "key", "columns")
+FUNCTIONS = {"ai_if": "if", "ai_filter": "if", "ai_score": "score", "ai_classify": "classify"}
+RESULT_TYPES = {"if": "boolean", "score": "double", "classify": "string"}
+# Engine settings that change results; the others (budgets, device, caches) only change speed.
+VALUE_SETTINGS = ("dtype", "on_overflow", "max_prompt_tokens", "seed", "tokenizer", "quantize")
+RESERVED = ("_ai_error", "_ai_hash")
+
+
+class SpecError(ValueError):
+    """A spec that cannot run; the message names the key or column at fault."""
+
+
+@dataclass(frozen=True)
+class AIColumn:
+    """One output column: an AI call over input columns."""
+
+    name: str
+    expr: str          # canonical SQL of the call
+    call: Call
+    inputs: tuple      # input column names, in argument order
+
+    @property
+    def result_type(self) -> str:
+        return RESULT_TYPES[self.call.kind]
+
+
+@dataclass(frozen=True)
+class Spec:
+    input: str
+    output: str
+    key: str
+    columns: tuple     # of AIColumn
+    where: str | None = None
+    model: str = "smollm2-135m"
+    device: str = "cpu"
+    engine: dict = field(default_factory=dict)
+    catalog: dict = field(default_factory=dict)
+    base_dir: str = "."
+
+    @property
+    def referenced(self) -> tuple:
+        """Input columns any AI column reads, in first-use order."""
+        out: list = []
+        for c in self.columns:
+            out += [x for x in c.inputs if x not in out]
+        return tuple(out)
+
+    @property
+    def iceberg(self) -> bool:
+        return self.output.startswith("iceberg:")
+
+    def column_hash(self, col: AIColumn) -> str:
+        """What a column's values depend on besides the row: its call, the model, value settings."""
+        return _digest({"expr": col.expr, "model": self.model,
+                        "engine": {k: self.engine[k] for k in VALUE_SETTINGS if k in self.engine}})
+
+    def spec_hash(self) -> str:
+        """The whole spec (for the report)."""
+        return _digest({"input": self.input, "output": self.output, "key": self.key, "where": self.where,
+                        "columns": {c.name: c.expr for c in self.columns}, "model": self.model,
+                        "device": self.device, "engine": self.engine})
+
+    def path(self, p: str) -> str:
+        """``p`` resolved against the spec's folder when relative and not a URI."""
+        if "://" in p or Path(p).is_absolute():
+            return p
+        return os.path.normpath(os.path.join(self.base_dir, p))  # no resolve(): outputs are symlinks
+
+
+def _digest(obj) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def load_spec(path: str) -> Spec:
+    """Read and check a spec file (.json, or .yaml/.yml when PyYAML is installed)."""
+    p = Path(path)
+    text = p.read_text()
+    if p.suffix.lower() in (".yaml", ".yml"):
+        try:
+            import yaml
+        except ImportError:
+            raise SpecError(f"{path}: YAML specs need PyYAML, which is not installed; "
+                            "install it (pip install pyyaml) or write the spec as JSON") from None
+        raw = yaml.safe_load(text)
+    else:
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise SpecError(f"{path}: not valid JSON ({e})") from None
+    return parse_spec(raw, base_dir=os.path.dirname(os.path.abspath(p)))
+
+
+def parse_spec(raw, base_dir: str = ".") -> Spec:
+    """Check a spec given as a dict.
+
+    >>> parse_spec({"input": "a.parquet", "output": "b.parquet", "key": "id",
+    ...             "columns": {"c": "ai_if('Is {0} late?', body)"}}).columns[0].inputs
+    ('body',)
+    """
+    if not isinstance(raw, dict):
+        raise SpecError(f"a spec is a mapping of {sorted(KEYS)}, got {type(raw).__name__}")
+    unknown = sorted(set(raw) - set(KEYS))
+    if unknown:
+        raise SpecError(f"unknown spec key(s) {unknown}; expected some of {sorted(KEYS)}")
+    missing = [k for k in REQUIRED if k not in raw]
+    if missing:
+        raise SpecError(f"spec is missing {missing} ({'; '.join(f'{k}: {KEYS[k]}' for k in missing)})")
+    for k in ("input", "output", "key", "model", "device", "where"):
+        if k in raw and not isinstance(raw[k], str) and not (k == "where" and raw[k] is None):
+            raise SpecError(f"spec key {k!r}: expected a string ({KEYS[k]}), got {raw[k]!r}")
+    for k in ("columns", "engine", "catalog"):
+        if k in raw and not isinstance(raw[k], dict):
+            raise SpecError(f"spec key {k!r}: expected a mapping ({KEYS[k]}), got {raw[k]!r}")
+    if not raw["columns"]:
+        raise SpecError("spec key 'columns': expected at least one {name: AI call}")
+    cols = tuple(parse_column(name, expr) for name, expr in raw["columns"].items())
+    for c in cols:
+        if c.name in RESERVED or c.name == raw["key"]:
+            raise SpecError(f"column {c.name!r}: the name is taken (key {raw['key']!r}, {RESERVED})")
+    engine = dict(raw.get("engine", {}))
+    for k in ("model", "device"):
+        if k in engine:
+            raise SpecError(f"spec key 'engine': {k!r} goes at the top level of the spec, not in 'engine'")
+    from quail_spark import executor
+
+    model, device = raw.get("model", "smollm2-135m"), raw.get("device", "cpu")
+    try:
+        executor.engine_conf(model, device, **engine)
+    except (TypeError, ValueError) as e:
+        raise SpecError(f"spec key 'engine': {e}") from None
+    return Spec(raw["input"], raw["output"], raw["key"], cols, raw.get("where"), model, device,
+                engine, dict(raw.get("catalog", {})), base_dir)
+
+
+def parse_column(name: str, expr) -> AIColumn:
+    """An output column's expression: exactly one AI call whose documents are input columns."""
+    import sqlglot
+    from sqlglot import exp
+
+    if not isinstance(expr, str):
+        raise SpecError(f"column {name!r}: expected an AI call as text, got {expr!r}")
+    try:
+        tree = sqlglot.parse_one(expr, read="spark")
+    except sqlglot.errors.ParseError as e:
+        raise SpecError(f"column {name!r}: cannot parse {expr!r}: {e}") from None
+    fn = (tree.name if isinstance(tree, exp.Anonymous) else tree.sql_name()).lower()
+    if fn not in FUNCTIONS:
+        raise SpecError(f"column {name!r}: expected one AI call ({', '.join(sorted(FUNCTIONS))}), "
+                        f"got {expr!r}")
+    args = tree.expressions if isinstance(tree, exp.Anonymous) else \
+        [tree.args[k] for k in tree.arg_types if tree.args.get(k) is not None]
+    if args and isinstance(args[-1], exp.VarMap):
+        args = args[:-1]  # a hint such as map('selectivity', 0.2): accepted, not needed here
+    kind, labels = FUNCTIONS[fn], ()
+    if kind == "classify":
+        if not args or not isinstance(args[-1], exp.Array):
+            raise SpecError(f"column {name!r}: {fn} expects array('label', ...) as its last argument")
+        labels = tuple(_literal(name, a) for a in args[-1].expressions)
+        args = args[:-1]
+        if args and not _is_text(args[0]):
+            args = [exp.Literal.string("{0}")] + args
+    if len(args) < 2 or not _is_text(args[0]):
+        raise SpecError(f"column {name!r}: {fn} expects a template text, then input columns; got {expr!r}")
+    template = args[0].this
+    inputs = []
+    for a in args[1:]:
+        if not isinstance(a, exp.Column) or a.table:
+            raise SpecError(f"column {name!r}: argument {a.sql('spark')!r} is not an input column; "
+                            "an AI call's documents must be plain input columns")
+        inputs.append(a.name)
+    try:
+        call = Call(kind, template, len(inputs), labels)
+    except ValueError as e:
+        raise SpecError(f"column {name!r}: {e}") from None
+    return AIColumn(name, tree.sql("spark"), call, tuple(inputs))
+
+
+def _is_text(node) -> bool:
+    from sqlglot import exp
+
+    return isinstance(node, exp.Literal) and node.is_string
+
+
+def _literal(name, node) -> str:
+    if not _is_text(node):
+        raise SpecError(f"column {name!r}: labels must be text literals, got {node.sql('spark')!r}")
+    return node.this

@@ -1,0 +1,45 @@
+"""Small tables, specs and comparisons shared by the enrichment tests."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+COLUMNS = {"complaint": "ai_if('Is {0} a complaint?', body)",
+           "label": "ai_classify(body, array('bug', 'praise'))",
+           "p": "ai_score('Is {0} about a delivery?', body)"}
+FIELDS = ["id", "complaint", "label", "p", "_ai_error", "_ai_hash"]
+
+
+def notes(n: int, start: int = 0, edit: dict | None = None) -> pa.Table:
+    """``n`` short notes (every 7th body NULL), ids from ``start``; ``edit``: id -> new body."""
+    ids = list(range(start, start + n))
+    body = [None if i % 7 == 3 else f"Note {i}: the parcel came {i % 5} days late." for i in ids]
+    for i, text in (edit or {}).items():
+        body[ids.index(i)] = text
+    return pa.table({"id": ids, "body": body, "lang": ["en" if i % 11 else "fr" for i in ids]})
+
+
+def write_spec(folder: Path, name: str = "spec.json", **over) -> Path:
+    spec = {"input": "notes.parquet", "output": "out.parquet", "key": "id", "columns": COLUMNS,
+            "where": "lang = 'en'", "model": "tiny-llama-random", "device": "cpu", **over}
+    path = folder / name
+    path.write_text(json.dumps(spec))
+    return path
+
+
+def rows(path) -> list:
+    """Rows of an output as sorted tuples (pyarrow reads the folder the symlink points to)."""
+    t = pq.read_table(str(path))
+    return sorted(tuple(r[f] for f in FIELDS) for r in t.select(FIELDS).to_pylist())
+
+
+def assert_same_rows(a: list, b: list, tol: float = 1e-5) -> None:
+    """Equal rows; ai_score values up to float rounding (batch composition changes the last bits)."""
+    assert [r[0] for r in a] == [r[0] for r in b], "keys differ (a row missing or doubled)"
+    for x, y in zip(a, b):
+        fx, fy = [v for i, v in enumerate(x) if i != 3], [v for i, v in enumerate(y) if i != 3]
+        assert fx == fy, (x, y)
+        assert (x[3] is None) == (y[3] is None) and (x[3] is None or abs(x[3] - y[3]) <= tol), (x, y)

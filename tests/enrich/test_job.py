@@ -1,0 +1,162 @@
+"""Enrichment runs on the shared local[2] session: incremental reruns, per-row errors, reports,
+the same values as plain spark.sql, and Iceberg output."""
+from __future__ import annotations
+
+import io
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from quail_spark.enrich import load_spec, run
+from quail_spark.enrich.job import EnrichFailed
+
+from .helpers import COLUMNS, assert_same_rows, notes, rows, write_spec
+
+
+def enrich(spark, spec_path, **kw):
+    return run(load_spec(spec_path), spark, out=io.StringIO(), **kw)
+
+
+def test_rerun_computes_only_changed_rows_and_equals_a_clean_run(spark, tmp_path):
+    pq.write_table(notes(30), tmp_path / "notes.parquet")
+    spec = write_spec(tmp_path)
+    r1 = enrich(spark, spec)
+    n_en = sum(1 for i in range(30) if i % 11)
+    assert (r1["rows_read"], r1["rows_enriched"], r1["rows_skipped"], r1["rows_errored"]) == (n_en, n_en, 0, 0)
+    assert r1["requested_tokens"] > 0 and r1["fresh_tokens"] > 0 and r1["committed"]
+    first = {r[0]: r for r in rows(tmp_path / "out.parquet")}
+    assert len(first) == n_en and first[3][1:4] == (None, None, None)  # the NULL rule: NULL body, NULL values
+
+    # id 1 edited, ids 28-29 gone, ids 30-33 new (33 is 'fr': filtered out)
+    pq.write_table(pa.concat_tables([notes(28, edit={1: "Broken screen, I want my money back."}),
+                                     notes(4, start=30)]), tmp_path / "notes.parquet")
+    r2 = enrich(spark, spec)
+    new = {r[0]: r for r in rows(tmp_path / "out.parquet")}
+    assert (r2["rows_enriched"], r2["rows_skipped"]) == (1 + 3, len(new) - 4)
+    assert 28 not in new and 29 not in new and 33 not in new and {30, 31, 32} <= set(new)
+    assert all(new[i] == first[i] for i in new if i in first and i != 1)  # kept: the very same values
+    assert new[1][5] != first[1][5]  # new content hash
+
+    clean = enrich(spark, write_spec(tmp_path, "clean.json", output="clean.parquet"))
+    assert clean["rows_enriched"] == len(new)
+    assert_same_rows(rows(tmp_path / "out.parquet"), rows(tmp_path / "clean.parquet"))
+    assert spark.read.parquet(str(tmp_path / "out.parquet")).count() == len(new)  # Spark follows the link
+
+    # a changed spec recomputes only the changed column: the others keep their values
+    r3 = enrich(spark, write_spec(tmp_path, columns={**COLUMNS, "p": "ai_score('Is {0} polite?', body)"}))
+    assert r3["rows_enriched"] == len(new) and r3["requested_tokens"] < r1["requested_tokens"]
+    after = {r[0]: r for r in rows(tmp_path / "out.parquet")}
+    assert all(after[i][1:3] == new[i][1:3] for i in new)
+    report = json.loads((tmp_path / "out.parquet.report.json").read_text())
+    assert {"rows_read", "rows_skipped", "rows_enriched", "rows_errored", "rows_truncated", "requested_tokens",
+            "fresh_tokens", "kv_regret_tokens", "wall_s", "spec_hash"} <= set(report)
+    versions = sorted(p.name for p in (tmp_path / "out.parquet.versions").iterdir() if p.is_dir())
+    assert len(versions) == 3 and versions[-1].startswith("v000003-")
+
+
+def test_rows_that_cannot_be_scored_get_ai_error_and_the_job_goes_on(spark, tmp_path):
+    body = [f"Note {i}: the parcel came late.".encode() for i in range(8)]
+    body[2] = ("word " * 300).encode()      # over-long for max_prompt_tokens
+    body[5] = b"\xff\xfe not utf-8"          # undecodable
+    pq.write_table(pa.table({"id": list(range(8)), "body": pa.array(body, pa.binary())}),
+                   tmp_path / "notes.parquet")
+    cols = {"complaint": COLUMNS["complaint"]}
+    spec = write_spec(tmp_path, columns=cols, where=None, engine={"max_prompt_tokens": 200})
+    r = enrich(spark, spec)
+    assert (r["rows_errored"], r["rows_enriched"]) == (2, 6)
+    err = {x["id"]: x["_ai_error"] for x in pq.read_table(tmp_path / "out.parquet").to_pylist()}
+    assert "prompt too long" in err[2] and "complaint:" in err[2]
+    assert "undecodable text in column 'body'" in err[5]
+    assert all(err[i] is None for i in (0, 1, 3, 4, 6, 7))
+    before = rows_of(tmp_path / "out.parquet")
+
+    # --fail-on-error: the errored rows (always retried) fail the run and nothing is committed
+    with pytest.raises(EnrichFailed, match="2 row"):
+        enrich(spark, spec, fail_on_error=True)
+    assert rows_of(tmp_path / "out.parquet") == before
+    assert json.loads((tmp_path / "out.parquet.report.json").read_text())["committed"] is False
+
+    trunc = enrich(spark, write_spec(tmp_path, "t.json", output="t.parquet", columns=cols, where=None,
+                                     engine={"max_prompt_tokens": 200, "on_overflow": "truncate"}))
+    assert (trunc["rows_truncated"], trunc["rows_errored"]) == (1, 1)
+
+
+def rows_of(path):
+    return sorted(map(json.dumps, pq.read_table(path).to_pylist()))
+
+
+def test_job_values_equal_spark_sql_with_the_installed_functions(spark, tmp_path):
+    """SmolLM2 on a few short rows: the job and spark.sql render and score the same prompts."""
+    import quail_spark
+
+    data = notes(6)
+    pq.write_table(data, tmp_path / "notes.parquet")
+    enrich(spark, write_spec(tmp_path, where=None, model="smollm2-135m"))
+    got = {r[0]: r[1:4] for r in rows(tmp_path / "out.parquet")}
+    quail_spark.install(spark, model="smollm2-135m", device="cpu")
+    spark.read.parquet(str(tmp_path / "notes.parquet")).createOrReplaceTempView("enrich_notes")
+    want = spark.sql(f"SELECT id, {COLUMNS['complaint']}, {COLUMNS['label']}, {COLUMNS['p']} "
+                     "FROM enrich_notes").collect()
+    for r in want:
+        c, label, p = got[r[0]]
+        assert (c, label) == (r[1], r[2]), r[0]
+        assert p == pytest.approx(r[3], abs=1e-5) if p is not None else r[3] is None
+
+
+def test_iceberg_output_commits_one_snapshot_per_run(spark, tmp_path):
+    pytest.importorskip("pyiceberg")
+    from pyiceberg.catalog import load_catalog
+
+    pq.write_table(notes(12), tmp_path / "notes.parquet")
+    enrich(spark, write_spec(tmp_path, "p.json", output="p.parquet"))
+    spec = write_spec(tmp_path, output="iceberg:ai.notes")
+    r1 = enrich(spark, spec)
+    cat = load_catalog("quail", type="sql", uri=f"sqlite:///{tmp_path / 'quail_catalog.db'}",
+                       warehouse=(tmp_path / "warehouse").as_uri())
+    table = cat.load_table("ai.notes")
+    got = sorted(tuple(r[f] for f in ("id", "complaint", "label", "p", "_ai_error", "_ai_hash"))
+                 for r in table.scan().to_arrow().to_pylist())
+    assert_same_rows(got, rows(tmp_path / "p.parquet"))
+    assert r1["rows_enriched"] == len(got)
+    assert len(table.snapshots()) == 1 and (tmp_path / "ai_notes.report.json").exists()
+
+    pq.write_table(notes(12, edit={1: "Broken screen, I want my money back."}), tmp_path / "notes.parquet")
+    r2 = enrich(spark, spec)
+    table = cat.load_table("ai.notes")
+    assert (r2["rows_enriched"], len(table.snapshots())) == (1, 2)
+    assert table.scan().to_arrow().num_rows == len(got)
+    assert table.current_snapshot().summary.operation.value == "overwrite"
+
+
+def test_a_batch_that_fails_on_the_last_attempt_becomes_row_errors(spark, tmp_path):
+    """local[2] gives a task one attempt: an engine that cannot load fails every batch on its last
+    attempt; the rows carry why and the job commits the others' values (none here)."""
+    pq.write_table(notes(6), tmp_path / "notes.parquet")
+    r = enrich(spark, write_spec(tmp_path, where=None, model=str(tmp_path / "no-such-model")))
+    got = pq.read_table(tmp_path / "out.parquet").to_pylist()
+    assert r["rows_errored"] == 6 - 1 and len(got) == 6  # id 3 is NULL: no prompt, no error
+    assert all("batch failed after 1 attempt(s)" in x["_ai_error"] for x in got if x["id"] != 3)
+    assert r["error_examples"]
+
+
+def test_json_lines_csv_and_catalog_table_inputs_give_the_parquet_rows(spark, tmp_path):
+    data = notes(5)
+    pq.write_table(data, tmp_path / "notes.parquet")
+    cols = {"complaint": COLUMNS["complaint"]}
+    enrich(spark, write_spec(tmp_path, columns=cols, where=None))
+    want = rows_of_fields(tmp_path / "out.parquet")
+    with open(tmp_path / "notes.jsonl", "w") as f:
+        for r in data.to_pylist():
+            f.write(json.dumps(r) + "\n")
+    data.to_pandas().to_csv(tmp_path / "notes.csv", index=False)
+    spark.read.parquet(str(tmp_path / "notes.parquet")).createOrReplaceTempView("enrich_input")
+    for src in ("notes.jsonl", "notes.csv", "enrich_input"):
+        out = src.replace(".", "_") + ".parquet"
+        enrich(spark, write_spec(tmp_path, src + ".json", input=src, output=out, columns=cols, where=None))
+        assert rows_of_fields(tmp_path / out) == want, src
+
+
+def rows_of_fields(path):
+    return sorted((r["id"], r["complaint"], r["_ai_error"]) for r in pq.read_table(path).to_pylist())

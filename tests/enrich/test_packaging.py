@@ -1,0 +1,39 @@
+"""The wheel: presets inside (found by load_preset once installed), the ``quail-spark`` command,
+no top-level ``jobs`` package."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_wheel_carries_presets_and_the_command_and_no_jobs_package(tmp_path):
+    # --no-build-isolation: the venv's setuptools builds it (fast, no download)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                    "-w", str(tmp_path), str(REPO)], check=True, timeout=120)
+    (whl,) = tmp_path.glob("quail_spark-*.whl")
+    names = zipfile.ZipFile(whl).namelist()
+    assert {n.split("/")[0] for n in names} == {"quail_spark", "gpu_worker", "kernels", whl.name.split("-")[0]
+                                               + "-" + whl.name.split("-")[1] + ".dist-info"}
+    assert {"quail_spark/conf/spark/local-cpu.json", "quail_spark/conf/spark/gpu-cluster.json",
+            "quail_spark/conf/engine/cpu.json"} <= set(names)
+    entry = next(n for n in names if n.endswith("entry_points.txt"))
+    assert "quail-spark = quail_spark.cli:main" in zipfile.ZipFile(whl).read(entry).decode()
+
+    # installed (outside the checkout), the presets load and the command runs
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(whl)],
+                   check=True, timeout=120)
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    code = ("import quail_spark.presets as p; c = p.load_preset('spark/gpu-cluster'); "
+            "print(p.CONF_DIR, c['spark.sql.extensions'])")
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True,
+                         check=True, timeout=120).stdout
+    assert out.startswith(str(target)) and "io.quailspark.QuailExtensions" in out
+    cmd = subprocess.run([str(target / "bin" / "quail-spark"), "enrich", "--help"], env=env, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert cmd.returncode == 0 and "--fail-on-error" in cmd.stdout

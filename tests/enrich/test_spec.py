@@ -1,0 +1,70 @@
+"""Spec loading and validation: every rejection names the key or column at fault."""
+import json
+
+import pytest
+
+from quail_spark.enrich import SpecError, load_spec, parse_spec
+
+BASE = {"input": "a.parquet", "output": "b.parquet", "key": "id",
+        "columns": {"c": "ai_if('Is {0} late?', body)"}}
+
+
+def test_unknown_key_is_rejected_by_name():
+    with pytest.raises(SpecError, match=r"unknown spec key\(s\) \['colums'\]"):
+        parse_spec({**BASE, "colums": {}})
+
+
+@pytest.mark.parametrize("expr, why", [
+    ("upper(body)", "expected one AI call"),
+    ("ai_if('Is {0} late?', upper(body))", "is not an input column"),
+    ("ai_if('Is {0} late?', body) AND lang = 'en'", "expected one AI call"),
+    ("ai_if('Is {0} {1} late?', body)", "placeholders"),
+    ("ai_classify(body, array('only'))", "at least 2 labels"),
+    ("ai_if('Is {0} late?', t.body)", "is not an input column"),
+])
+def test_a_column_that_is_not_one_ai_call_is_rejected_by_name(expr, why):
+    with pytest.raises(SpecError, match=f"column 'bad'.*{why}"):
+        parse_spec({**BASE, "columns": {"bad": expr}})
+
+
+def test_calls_parse_to_the_shared_call_shapes():
+    spec = parse_spec({**BASE, "columns": {
+        "a": "ai_classify(body, array('bug', 'praise'))",
+        "b": "ai_classify('Which team owns {0}?', body, array('web', 'db'))",
+        "c": "ai_score('Does {0} answer {1}?', q, a, map('selectivity', 0.2))",
+        "d": "ai_filter('Is {0} late?', body)"}})
+    a, b, c, d = spec.columns
+    assert (a.call.kind, a.call.template, a.call.labels, a.inputs) == ("classify", "{0}", ("bug", "praise"), ("body",))
+    assert (b.call.template, b.result_type) == ("Which team owns {0}?", "string")
+    assert (c.call.kind, c.call.n_cols, c.inputs, c.result_type) == ("score", 2, ("q", "a"), "double")
+    assert (d.call.kind, d.result_type) == ("if", "boolean")
+    assert spec.referenced == ("body", "q", "a")
+
+
+def test_column_hash_follows_the_call_and_value_settings_only():
+    one = parse_spec(BASE)
+    assert one.column_hash(one.columns[0]) == parse_spec({**BASE, "engine": {"token_budget": 64}}).column_hash(
+        one.columns[0])
+    other = parse_spec({**BASE, "engine": {"on_overflow": "truncate"}})
+    assert one.column_hash(one.columns[0]) != other.column_hash(other.columns[0])
+    assert one.spec_hash() != other.spec_hash()
+
+
+def test_bad_engine_settings_and_reserved_names():
+    with pytest.raises(SpecError, match="engine.*token_budgit"):
+        parse_spec({**BASE, "engine": {"token_budgit": 64}})
+    with pytest.raises(SpecError, match="column '_ai_error'"):
+        parse_spec({**BASE, "columns": {"_ai_error": "ai_if('Is {0} late?', body)"}})
+    with pytest.raises(SpecError, match=r"missing \['key'\]"):
+        parse_spec({k: v for k, v in BASE.items() if k != "key"})
+
+
+def test_json_and_yaml_files(tmp_path):
+    (tmp_path / "s.json").write_text(json.dumps(BASE))
+    assert load_spec(tmp_path / "s.json").path("a.parquet") == str(tmp_path / "a.parquet")
+    yaml = pytest.importorskip("yaml")
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(BASE))
+    assert load_spec(tmp_path / "s.yaml").columns == load_spec(tmp_path / "s.json").columns
+    (tmp_path / "bad.json").write_text("{")
+    with pytest.raises(SpecError, match="not valid JSON"):
+        load_spec(tmp_path / "bad.json")
