@@ -1,4 +1,4 @@
-"""The engine through its public text API at default settings (DESIGN.md, Workloads), on one device.
+"""The engine through its public text API at default settings (docs/architecture.md and BENCHMARKS.md, Workloads), on one device.
 
 Sections (``--sections``, comma-separated):
   WORKLOADS  FILTER, CHAIN, JOIN (three runs), FILTER+JOIN, PREFIX from text through

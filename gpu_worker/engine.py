@@ -45,7 +45,7 @@ def _serialized(method):
 
 
 class Engine:
-    """Prefill-only scoring engine (see DESIGN.md, "Executor engine").
+    """Prefill-only scoring engine (docs/architecture.md, "Where each part lives").
 
     Thread safety: the operations (filter, score, chain, join, join_ids,
     pairs, classify, count_tokens) hold the engine's lock, so calls from

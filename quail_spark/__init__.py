@@ -6,9 +6,12 @@ Two ways in:
   extension (optimizer rules in Catalyst); :func:`install` registers the AI
   functions for plain ``spark.sql`` and DataFrame expressions;
   :func:`metrics` sums the AI work of the session so far;
-- :class:`QuailSession` plans a query (filter ordering, join anchors, prefix
-  grouping, KV retention) and lowers it to Spark DataFrame operations, with
-  ``explain()`` and a report of what the engines computed.
+- :class:`QuailSession` is a front end over the same Spark plan: it translates
+  the BigQuery and Snowflake AI spellings to Spark SQL, and its queries explain
+  themselves (Spark's optimized plan, filter order, join anchors, speed of
+  light) and report what the engines computed.
+
+The layers and the rules are described in docs/architecture.md.
 
 Importing this package loads neither torch nor a model.
 

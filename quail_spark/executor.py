@@ -2,8 +2,7 @@
 
 Spark pickles the functions of this module by reference together with plain
 data made on the driver (an engine configuration as a dict, the session's
-metrics folder; for QuailSession's mapInArrow tasks a spec of
-:mod:`gpu_worker.partition` and an accumulator). The engine itself is never
+metrics folder). The engine itself is never
 pickled or captured: each Python worker builds it on first use and keeps it in
 a module-level cache keyed by the configuration (like
 ``pyspark.ml.functions.predict_batch_udf``), so later tasks and batches of the
@@ -19,14 +18,8 @@ silent fall-back to the CPU ('auto' falls back).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator
-
 import numpy as np
 import pyarrow as pa
-from pyspark.accumulators import AccumulatorParam
-
-if TYPE_CHECKING:
-    from gpu_worker import partition as part
 
 GPU_DEVICES = ("cuda", "gpu", "auto")
 
@@ -72,6 +65,22 @@ def task_device(device: str) -> str:
     return "cuda"
 
 
+def session_device(spark, device: str) -> str:
+    """``device`` as the tasks of this session should read it.
+
+    In local mode Spark assigns no GPUs to tasks (no resource scheduling), so
+    'cuda' there means this machine's GPU: ``cuda:0``. Elsewhere 'cuda' stays
+    and each task takes the GPU Spark assigned it (:func:`task_device`).
+
+    >>> session_device(None, "cpu")
+    'cpu'
+    """
+    if device not in ("cuda", "gpu") or spark is None:
+        return device
+    master = spark.conf.get("spark.master", "") or ""
+    return "cuda:0" if master.startswith("local") and not master.startswith("local-cluster") else device
+
+
 def _in_task() -> bool:
     from pyspark import TaskContext
 
@@ -94,69 +103,6 @@ def get_engine(conf: dict):
     from gpu_worker import get_engine as cached_engine
 
     return cached_engine(EngineConfig(**{**conf, "device": task_device(conf["device"])}))
-
-
-# ----------------------------------------------------------------- reports
-
-
-class ReportParam(AccumulatorParam):
-    """Adds the per-task engine counters and per-stage rows of a query run."""
-
-    def zero(self, value):
-        return {"tasks": 0, "counters": {}, "stages": {}}
-
-    def addInPlace(self, a, b):
-        a = a or self.zero(None)
-        a["tasks"] = a.get("tasks", 0) + b.get("tasks", 0)
-        for k, v in b.get("counters", {}).items():
-            a["counters"][k] = a["counters"].get(k, 0) + v
-        for name, s in b.get("stages", {}).items():
-            t = a["stages"].setdefault(name, {"evaluated": 0, "passed": 0})
-            t["evaluated"] += s["evaluated"]
-            t["passed"] += s["passed"]
-        return a
-
-
-def _task_where(column_hint: str):
-    from pyspark import TaskContext
-
-    ctx = TaskContext.get()
-    p = ctx.partitionId() if ctx is not None else 0
-    return lambda i: f"row {i} of partition {p} ({column_hint})"
-
-
-def _report(rec: part.Recorder, acc) -> None:
-    if acc is not None:
-        acc.add({"tasks": 1, **rec.as_dict()})
-
-
-# ----------------------------------------------------------------- mapInArrow tasks
-
-
-def _task(run_name: str, where: str, conf: dict, spec, acc, batches) -> Iterator[pa.RecordBatch]:
-    """Run one gpu_worker.partition entry point over a task's batches; report its counters."""
-    from gpu_worker import partition as part
-
-    rec = part.Recorder()
-    try:
-        yield from getattr(part, run_name)(get_engine(conf), batches, spec, rec, _task_where(where))
-    finally:
-        _report(rec, acc)
-
-
-def pipeline_task(conf: dict, spec: part.PipelineSpec, acc, batches) -> Iterator[pa.RecordBatch]:
-    """mapInArrow function: AND chain of ai_if, then score / classify columns."""
-    return _task("run_pipeline", "position after sorting", conf, spec, acc, batches)
-
-
-def join_cross_task(conf: dict, spec: part.JoinSpec, acc, batches) -> Iterator[pa.RecordBatch]:
-    """mapInArrow function: anchors x the attached partner list, matching pairs out."""
-    return _task("run_join_cross", "anchor position", conf, spec, acc, batches)
-
-
-def join_pairs_task(conf: dict, spec: part.JoinSpec, acc, batches) -> Iterator[pa.RecordBatch]:
-    """mapInArrow function: candidate pairs sorted by anchor, matching pairs out."""
-    return _task("run_join_pairs", "pair position", conf, spec, acc, batches)
 
 
 # ----------------------------------------------------------------- SQL function bodies

@@ -70,7 +70,7 @@ def install(spark, model: str = "smollm2-135m", device: str = "cpu", **engine_co
     """
     from pyspark.sql.functions import arrow_udf
 
-    conf = executor.engine_conf(model, device, **engine_conf)
+    conf = executor.engine_conf(model, executor.session_device(spark, device), **engine_conf)
     run = {"metrics_dir": session_dir(spark)}
     out = {}
     for table, deterministic in ((FUNCTIONS, True), (INTERNAL, False)):

@@ -142,7 +142,7 @@ def stage(spec, spark, sink, work, input_schema, run_id, n_read, n_todo, progres
 
 def stage_plan(spec: Spec, spark, run_id: str, progress_dir: str, counters) -> StagePlan:
     conf = spark.conf  # the session's conf: the context's settings and any set since
-    engine = executor.engine_conf(spec.model, spec.device, **spec.engine)
+    engine = executor.engine_conf(spec.model, executor.session_device(spark, spec.device), **spec.engine)
     device = conf.get(TEST_ENGINE_DEVICE, None)
     if device:
         engine = {**engine, "device": device}

@@ -14,7 +14,7 @@ def tiny():
 
 
 def test_null_documents_give_nan_everywhere(smol_engine):
-    """DESIGN.md, Semantics: None, empty or whitespace-only is NULL: not evaluated, NaN (-1 for classify)."""
+    """docs/architecture.md, "Semantics shared by every path": None, empty or whitespace-only is NULL: not evaluated, NaN (-1 for classify)."""
     m = smol_engine.filter([None, "", "  \n\t", "A red apple."], ["Is the document about fruit?"])
     assert np.isnan(m[:3, 0]).all() and not np.isnan(m[3, 0])
     c = smol_engine.chain(["", "A red apple."], ["Is it fruit?", "Is it red?"], short_circuit=False)

@@ -116,16 +116,10 @@ def test_device_binding_without_a_task():
     assert executor.task_device("auto") == ("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def test_report_param_adds_tasks():
-    param = executor.ReportParam()
-    total = param.zero(None)
-    for n in (1, 2):
-        rec = part.Recorder()
-        rec.stage("s1", 4 * n, n)
-        rec.counters["fresh_tokens"] = 10 * n
-        total = param.addInPlace(total, {"tasks": 1, **rec.as_dict()})
-    assert total["tasks"] == 2 and total["counters"]["fresh_tokens"] == 30
-    assert total["stages"]["s1"] == {"evaluated": 12, "passed": 3}
+def test_cuda_in_local_mode_is_the_machines_gpu(spark):
+    # local mode has no resource scheduling: no task is ever assigned a GPU
+    assert executor.session_device(spark, "cuda") == "cuda:0"
+    assert executor.session_device(spark, "cpu") == "cpu" and executor.session_device(spark, "auto") == "auto"
 
 
 def test_engine_conf_is_checked_on_the_driver():
