@@ -98,6 +98,25 @@ def test_metrics_count_stages_and_requests(session):
 
 
 def test_cuda_without_an_assigned_gpu_is_an_error(session):
-    quail_spark.install(session, model="tiny-llama-random", device="cuda")
+    """Inside a Spark task that was assigned no GPU, 'cuda' names the missing resource."""
+    from quail_spark import executor
+
+    def probe(batches):
+        for b in batches:
+            executor.task_device("cuda")
+            yield b
+
     with pytest.raises(Exception, match=r"assigned this task no GPU"):
-        session.sql("SELECT id FROM notes WHERE ai_if('Is {0} late?', body)").collect()
+        session.range(1).mapInArrow(probe, "id long").collect()
+
+
+@pytest.mark.parametrize("on", [True, False])
+def test_truncated_rows_reach_the_metrics(session, on):
+    """on_overflow='truncate' keeps every row and counts each cut document in quail_spark.metrics."""
+    quail_spark.install(session, **TINY, max_prompt_tokens=48, on_overflow="truncate")
+    docs = table(session, NOTE + " More words follow here." * 8, 3)
+    before = quail_spark.metrics(session)
+    spark_rows = measure(session, f"SELECT id, ai_score('Is {{0}} late?', body) AS p FROM {docs}", on)
+    assert spark_rows["truncated_rows"] == 3
+    got = session.sql(f"SELECT count(ai_score('Is {{0}} late?', body)) FROM {docs}").first()[0]
+    assert got == 3 and quail_spark.metrics(session)["truncated_rows"] - before["truncated_rows"] >= 6
