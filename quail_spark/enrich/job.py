@@ -138,7 +138,7 @@ def stage(spec, spark, sink, work, input_schema, run_id, n_read, n_todo, progres
         line = ProgressLine(spark.sparkContext, progress_dir, n_todo, progress_every)
         line.start()
     try:
-        data_df.write.mode("errorifexists").parquet(staged)
+        data_df.write.mode("append").parquet(staged)  # a new folder of this run (the sink may have made it)
         state_df.write.mode("errorifexists").parquet(sink.state_staging(run_id, _arrow_schema(state_df.schema)))
     finally:
         out_df.unpersist()

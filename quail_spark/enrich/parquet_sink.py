@@ -96,6 +96,9 @@ class ParquetSink:
         cur = self.current()
         n = int(cur.name[1:7]) + 1 if cur is not None else 1
         self._staged = self.versions / f"v{n:06d}-{run_id}"
+        # Made now, not by Spark's write: with the rows cached (see job.stage) Spark computes them
+        # before it sets its job up, and a run killed meanwhile must leave a folder to clean.
+        self._staged.mkdir()
         return str(self._staged)
 
     def state_staging(self, run_id: str, schema=None) -> str:
