@@ -10,12 +10,21 @@ protocol keeps only committed task attempts); the driver then replaces every
 data file of the current snapshot with them in ONE overwrite snapshot. A run
 killed before that commit leaves the table's current snapshot as it was; its
 files are orphans that no snapshot references.
+
+The rerun state (key, ``_ai_hash``) lives in a second table ``<table>__ai_state``
+in the same namespace, committed the same way AFTER the data snapshot; both
+snapshots carry ``quail.run``. A run killed between the two commits leaves the
+state older than the data: the next run sees the runs differ, ignores that
+state and recomputes every row (a stale hash could match a value it was not
+computed from; recomputing never gives a wrong value).
 """
 from __future__ import annotations
 
 from pathlib import Path
 
 from quail_spark.enrich.spec import Spec, SpecError
+
+STATE_SUFFIX = "__ai_state"
 
 
 class IcebergSink:
@@ -32,6 +41,7 @@ class IcebergSink:
             props["warehouse"] = Path(spec.path(props["warehouse"])).as_uri()
         Path(spec.path("warehouse")).mkdir(parents=True, exist_ok=True) if not spec.catalog else None
         self.catalog = load_catalog(props.pop("name", "quail"), **props)
+        self.state_ident = self.ident + STATE_SUFFIX
         self.report_path = spec.path(self.ident.replace(".", "_") + ".report.json")
 
     def describe(self) -> str:
@@ -43,53 +53,79 @@ class IcebergSink:
     def clean(self) -> None:
         """Files of killed runs are unreferenced; Iceberg's orphan-file removal deletes them."""
 
-    def _table(self):
+    def _table(self, ident: str):
         from pyiceberg.exceptions import NoSuchTableError
 
         try:
-            return self.catalog.load_table(self.ident)
+            return self.catalog.load_table(ident)
         except NoSuchTableError:
             return None
 
     def previous(self, spark):
-        t = self._table()
+        t = self._table(self.ident)
         self._base = t.current_snapshot().snapshot_id if t is not None and t.current_snapshot() else None
         if t is None or self._base is None:
             return None
         files = [task.file.file_path for task in t.scan().plan_files()]
         return spark.read.parquet(*files) if files else None
 
-    def staging(self, run_id: str, schema=None) -> str:
-        t = self._table()
+    def previous_state(self, spark):
+        """(key, _ai_hash) of the current rows, or None when missing or older than the data (see above)."""
+        data, state = self._table(self.ident), self._table(self.state_ident)
+        if data is None or state is None or not data.current_snapshot() or not state.current_snapshot():
+            return None
+        run = data.current_snapshot().summary.get("quail.run")
+        if run is None or state.current_snapshot().summary.get("quail.run") != run:
+            return None
+        files = [task.file.file_path for task in state.scan().plan_files()]
+        return spark.read.parquet(*files) if files else None
+
+    def _staging(self, ident: str, run_id: str, schema) -> str:
+        t = self._table(ident)
         if t is None:
-            ns = self.ident.rsplit(".", 1)[0]
-            self.catalog.create_namespace_if_not_exists(ns)
-            t = self.catalog.create_table(self.ident, schema=schema)
+            self.catalog.create_namespace_if_not_exists(ident.rsplit(".", 1)[0])
+            t = self.catalog.create_table(ident, schema=schema)
         return f"{t.location().rstrip('/')}/data/quail-{run_id}"
 
-    def commit(self, staged: str, run_id: str) -> None:
-        import pyarrow.fs as pafs
-        import pyarrow.parquet as pq
-        from pyiceberg.table import TableProperties, _parquet_files_to_data_files
+    def staging(self, run_id: str, schema=None) -> str:
+        return self._staging(self.ident, run_id, schema)
 
-        fs, root = pafs.FileSystem.from_uri(staged)
-        paths = sorted(i.path for i in fs.get_file_info(pafs.FileSelector(root))
-                       if i.path.endswith(".parquet") and not Path(i.path).name.startswith(("_", ".")))
-        uris = [staged.rstrip("/") + "/" + Path(p).name for p in paths]
+    def state_staging(self, run_id: str, schema=None) -> str:
+        self._state_staged = self._staging(self.state_ident, run_id, schema)
+        return self._state_staged
+
+    def commit(self, staged: str, run_id: str) -> None:
+        """The data snapshot, then the state's (a kill in between only costs recomputation)."""
         t = self.catalog.load_table(self.ident)
         head = t.current_snapshot().snapshot_id if t.current_snapshot() else None
         if head != self._base:
             raise RuntimeError(f"{self.ident} changed while this run worked (snapshot {self._base} -> {head}); "
                                "nothing committed, run again")
-        with t.transaction() as txn:
-            if paths:
-                txn.update_schema().union_by_name(pq.read_schema(paths[0], filesystem=fs)).commit()
-            # Spark's files carry no Iceberg field ids: columns are matched by name.
-            txn.set_properties(**{TableProperties.DEFAULT_NAME_MAPPING:
-                                  txn.table_metadata.schema().name_mapping.model_dump_json()})
-            old = [task.file for task in t.scan().plan_files()]
-            with txn.update_snapshot(snapshot_properties={"quail.run": run_id}).overwrite() as ow:
-                for f in old:
-                    ow.delete_data_file(f)
-                for f in _parquet_files_to_data_files(txn.table_metadata, uris, t.io):
-                    ow.append_data_file(f)
+        _replace_files(t, staged, run_id, drop="_ai_hash")  # a column of tables written before the state table
+        _replace_files(self.catalog.load_table(self.state_ident), self._state_staged, run_id)
+
+
+def _replace_files(t, staged: str, run_id: str, drop: str | None = None) -> None:
+    """One overwrite snapshot of ``t``: its files become the Parquet files Spark wrote to ``staged``."""
+    import pyarrow.fs as pafs
+    import pyarrow.parquet as pq
+    from pyiceberg.table import TableProperties, _parquet_files_to_data_files
+
+    fs, root = pafs.FileSystem.from_uri(staged)
+    paths = sorted(i.path for i in fs.get_file_info(pafs.FileSelector(root))
+                   if i.path.endswith(".parquet") and not Path(i.path).name.startswith(("_", ".")))
+    uris = [staged.rstrip("/") + "/" + Path(p).name for p in paths]
+    with t.transaction() as txn:
+        if paths:
+            txn.update_schema().union_by_name(pq.read_schema(paths[0], filesystem=fs)).commit()
+        if drop in txn.table_metadata.schema().column_names:
+            txn.update_schema().delete_column(drop).commit()
+        # Spark's files carry no Iceberg field ids: columns are matched by name.
+        txn.set_properties(**{TableProperties.DEFAULT_NAME_MAPPING:
+                              txn.table_metadata.schema().name_mapping.model_dump_json()})
+        old = [task.file for task in t.scan().plan_files()]
+        with txn.update_snapshot(snapshot_properties={"quail.run": run_id}).overwrite() as ow:
+            for f in old:
+                ow.delete_data_file(f)
+            for f in _parquet_files_to_data_files(txn.table_metadata, uris, t.io):
+                ow.append_data_file(f)

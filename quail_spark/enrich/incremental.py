@@ -1,13 +1,17 @@
 """Which rows a run must compute: content hashes against the previous output.
 
 Every AI column ``c`` of a row has a hash of (the column's call, model and
-value-changing engine settings; the row's referenced input values). The output
-keeps the hashes of the values it holds in ``_ai_hash`` (JSON, column ->
-hash; a column whose value errored has no entry). A rerun recomputes a column
-of a row when its hash is new, changed or missing, and keeps the previous value
-otherwise; rows that left the input (or the ``where``) leave the output.
+value-changing engine settings; the row's referenced input values). Beside the
+output (not in it) the sink keeps a state table of (key, ``_ai_hash``): JSON,
+column -> hash of the value the output holds; a column whose value errored has
+no entry. A rerun recomputes a column of a row when its hash is new, changed or
+missing, and keeps the previous value otherwise; rows that left the input (or
+the ``where``) leave the output. No usable state (deleted, unreadable, stale)
+means every row is recomputed. An output written before the state moved out
+still has an ``_ai_hash`` column: its hashes are read once, and the next write
+leaves the column out.
 
-Before (previous output and input)::
+Before (previous output with its state, and input)::
 
     id  body        _ai_hash                 id  body
     1   "late!"     {"complaint": "9f.."}     1   "late!"        -> kept
@@ -63,8 +67,20 @@ def hash_json(names, hashes) -> F.Column:
     return F.to_json(F.create_map(*args))
 
 
-def work_rows(spec: Spec, inp: DataFrame, prev: DataFrame | None) -> DataFrame:
-    """Input rows with ``__h{i}`` (new hash), ``__o{i}`` (previous value), ``__n{i}`` (compute?)."""
+def with_hashes(spec: Spec, prev: DataFrame, state: DataFrame | None) -> DataFrame:
+    """The previous rows with their ``_ai_hash`` from ``state`` (NULL, so recomputed, when it is unusable)."""
+    if state is not None and {spec.key, "_ai_hash"} <= set(state.columns):
+        return prev.drop("_ai_hash").join(state.select(spec.key, "_ai_hash"), spec.key, "left")
+    if "_ai_hash" in prev.columns:  # an output written with the hashes as a column
+        return prev
+    return prev.withColumn("_ai_hash", F.lit(None).cast("string"))
+
+
+def work_rows(spec: Spec, inp: DataFrame, prev: DataFrame | None, state: DataFrame | None = None) -> DataFrame:
+    """Input rows with ``__h{i}`` (new hash), ``__o{i}`` (previous value), ``__n{i}`` (compute?).
+
+    ``prev`` holds the previous output rows and ``state`` their (key, ``_ai_hash``).
+    """
     key = spec.key
     hashed = inp.select(F.col(key), *[F.col(x) for x in spec.referenced if x != key],
                         *[row_hash(spec, i).alias(f"__h{i}") for i in range(len(spec.columns))])
@@ -73,6 +89,7 @@ def work_rows(spec: Spec, inp: DataFrame, prev: DataFrame | None) -> DataFrame:
                                     for i, c in enumerate(spec.columns)],
                              F.lit(None).cast("map<string,string>").alias("__oldh"))
     else:
+        prev = with_hashes(spec, prev, state)
         ptypes = dict(prev.dtypes)
         old = prev.select(F.col(key).alias("__k"), *[
             (F.col(c.name) if ptypes.get(c.name) == c.result_type else F.lit(None).cast(c.result_type))
@@ -93,7 +110,7 @@ def needs_any(spec: Spec) -> F.Column:
 
 
 def kept_rows(spec: Spec, work: DataFrame) -> DataFrame:
-    """Rows with nothing to compute, in the output's layout."""
+    """Rows with nothing to compute: the output's columns, then ``_ai_hash`` (the state's, split off on write)."""
     names = [c.name for c in spec.columns]
     return work.where(~needs_any(spec)).select(
         F.col(spec.key), *[F.col(f"__o{i}").alias(n) for i, n in enumerate(names)],

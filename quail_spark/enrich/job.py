@@ -73,7 +73,8 @@ def run(spec: Spec, spark, fail_on_error: bool = False, progress_every: float = 
     sink.lock()
     sink.clean()
     inp = input_rows(spark, spec)
-    work = inc.work_rows(spec, inp, sink.previous(spark)).persist(StorageLevel.MEMORY_AND_DISK)
+    prev, state = sink.previous(spark), sink.previous_state(spark)
+    work = inc.work_rows(spec, inp, prev, state).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         k = F.col(spec.key)
         n_read, n_keys, n_todo = work.select(F.count(F.lit(1)), F.count_distinct(k),
@@ -114,7 +115,11 @@ def input_rows(spark, spec: Spec):
 
 
 def stage(spec, spark, sink, work, input_schema, run_id, n_read, n_todo, progress_dir, progress_every) -> dict:
-    """Write kept and computed rows to a staging version (not yet committed); the report so far."""
+    """Write kept and computed rows to a staging version (not yet committed); the report so far.
+
+    The output gets the key, the AI columns and ``_ai_error``; the sink's state
+    gets (key, ``_ai_hash``) from the same cached rows (the AI stage runs once).
+    """
     own_progress = progress_dir is None
     progress_dir = progress_dir or tempfile.mkdtemp(prefix=f"quail-enrich-{run_id}-")
     os.makedirs(progress_dir, exist_ok=True)
@@ -123,7 +128,9 @@ def stage(spec, spark, sink, work, input_schema, run_id, n_read, n_todo, progres
     if n_todo:
         plan = stage_plan(spec, spark, run_id, progress_dir, counters)
         out_df = out_df.unionByName(ai_rows(spec, spark, work, input_schema, plan, n_todo))
-    staged = sink.staging(run_id, schema=_arrow_schema(out_df.schema))
+    out_df = out_df.persist(StorageLevel.MEMORY_AND_DISK)
+    data_df, state_df = out_df.drop("_ai_hash"), out_df.select(spec.key, "_ai_hash")
+    staged = sink.staging(run_id, schema=_arrow_schema(data_df.schema))
     t_ai, line = time.time(), None
     if n_todo:
         from quail_spark.enrich.progress import ProgressLine
@@ -131,8 +138,10 @@ def stage(spec, spark, sink, work, input_schema, run_id, n_read, n_todo, progres
         line = ProgressLine(spark.sparkContext, progress_dir, n_todo, progress_every)
         line.start()
     try:
-        out_df.write.mode("errorifexists").parquet(staged)
+        data_df.write.mode("append").parquet(staged)  # a new folder of this run (the sink may have made it)
+        state_df.write.mode("errorifexists").parquet(sink.state_staging(run_id, _arrow_schema(state_df.schema)))
     finally:
+        out_df.unpersist()
         if line is not None:
             line.stop()
         if own_progress:

@@ -5,6 +5,7 @@ Layout of an output ``out.parquet``::
     out.parquet -> out.parquet.versions/v000002-<run>   (a symlink; readers follow it)
     out.parquet.versions/v000001-<run>/part-*.parquet   (the previous version, kept for readers)
     out.parquet.versions/v000002-<run>/part-*.parquet
+    out.parquet.versions/v000002-<run>/_ai_state/part-*.parquet  (key, _ai_hash: for reruns)
     out.parquet.versions/.lock                          (one writer at a time)
     out.parquet.report.json                             (the last run's report)
 
@@ -12,7 +13,9 @@ Spark's executors write a new version folder (its own commit protocol drops
 failed task attempts, so no row is doubled); the driver then replaces the
 symlink with ``os.replace`` (atomic on POSIX). A run killed before that leaves
 the symlink, and so the previous rows, untouched; the next run removes its
-partial folder. pyarrow and Spark read ``out.parquet`` as a plain folder.
+partial folder. pyarrow and Spark read ``out.parquet`` as a plain folder and
+skip ``_ai_state/`` (they ignore names starting with ``_``), so the rows and
+the state they were computed with switch together in the one swap.
 """
 from __future__ import annotations
 
@@ -22,6 +25,8 @@ import shutil
 from pathlib import Path
 
 from quail_spark.enrich.spec import SpecError
+
+STATE = "_ai_state"
 
 
 class ParquetSink:
@@ -58,6 +63,21 @@ class ParquetSink:
         cur = self.current()
         return spark.read.parquet(str(cur)) if cur is not None else None
 
+    def previous_state(self, spark):
+        """(key, _ai_hash) of the committed rows, or None when missing or unreadable (all rows recomputed)."""
+        import pyarrow.parquet as pq
+
+        cur = self.current()
+        state = cur / STATE if cur is not None else None
+        if state is None or not (state / "_SUCCESS").exists():
+            return None
+        try:
+            for p in state.glob("*.parquet"):
+                pq.read_metadata(p)  # a damaged file fails here, not in the middle of the run
+            return spark.read.parquet(str(state))
+        except Exception:  # noqa: BLE001 - any unreadable state only costs recomputation
+            return None
+
     def clean(self) -> None:
         """Remove version folders other than the current one and the one before it (partial runs too)."""
         keep = {p.name for p in self._committed()[-2:]}
@@ -75,13 +95,23 @@ class ParquetSink:
     def staging(self, run_id: str, schema=None) -> str:
         cur = self.current()
         n = int(cur.name[1:7]) + 1 if cur is not None else 1
-        return str(self.versions / f"v{n:06d}-{run_id}")
+        self._staged = self.versions / f"v{n:06d}-{run_id}"
+        # Made now, not by Spark's write: with the rows cached (see job.stage) Spark computes them
+        # before it sets its job up, and a run killed meanwhile must leave a folder to clean.
+        self._staged.mkdir()
+        return str(self._staged)
+
+    def state_staging(self, run_id: str, schema=None) -> str:
+        """Where this run writes its state: inside its version folder, so it commits with the rows."""
+        return str(self._staged / STATE)
 
     def commit(self, staged: str, run_id: str) -> None:
         """Point the output at ``staged`` in one atomic step."""
         staged_p = Path(staged)
-        if not (staged_p / "_SUCCESS").exists():
-            raise RuntimeError(f"{staged}: Spark did not finish writing it (no _SUCCESS); nothing committed")
+        for done in (staged_p / "_SUCCESS", staged_p / STATE / "_SUCCESS"):
+            if not done.exists():
+                raise RuntimeError(f"{done.parent}: Spark did not finish writing it (no _SUCCESS); "
+                                   "nothing committed")
         tmp = self.link.with_name(f".{self.link.name}.{run_id}.tmp")
         os.symlink(os.path.relpath(staged_p, self.link.parent), tmp)
         os.replace(tmp, self.link)

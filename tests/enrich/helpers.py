@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 COLUMNS = {"complaint": "ai_if('Is {0} a complaint?', body)",
            "label": "ai_classify(body, array('bug', 'praise'))",
            "p": "ai_score('Is {0} about a delivery?', body)"}
-FIELDS = ["id", "complaint", "label", "p", "_ai_error", "_ai_hash"]
+FIELDS = ["id", "complaint", "label", "p", "_ai_error"]  # exactly the output's columns
 
 
 def notes(n: int, start: int = 0, edit: dict | None = None) -> pa.Table:
@@ -33,7 +33,15 @@ def write_spec(folder: Path, name: str = "spec.json", **over) -> Path:
 def rows(path) -> list:
     """Rows of an output as sorted tuples (pyarrow reads the folder the symlink points to)."""
     t = pq.read_table(str(path))
+    assert t.column_names == FIELDS, t.column_names  # the rerun state (_ai_state/) is skipped
     return sorted(tuple(r[f] for f in FIELDS) for r in t.select(FIELDS).to_pylist())
+
+
+def hashes(path) -> dict:
+    """key -> ``_ai_hash`` of a Parquet output's rerun state (in its version folder)."""
+    t = pq.read_table(Path(path) / "_ai_state")
+    assert t.column_names == ["id", "_ai_hash"], t.column_names
+    return dict(zip(t["id"].to_pylist(), t["_ai_hash"].to_pylist()))
 
 
 def assert_same_rows(a: list, b: list, tol: float = 1e-5) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import shutil
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -12,7 +14,7 @@ import pytest
 from quail_spark.enrich import load_spec, run
 from quail_spark.enrich.job import EnrichFailed
 
-from .helpers import COLUMNS, assert_same_rows, notes, rows, write_spec
+from .helpers import COLUMNS, FIELDS, assert_same_rows, hashes, notes, rows, write_spec
 
 
 def enrich(spark, spec_path, **kw):
@@ -27,6 +29,8 @@ def test_rerun_computes_only_changed_rows_and_equals_a_clean_run(spark, tmp_path
     assert (r1["rows_read"], r1["rows_enriched"], r1["rows_skipped"], r1["rows_errored"]) == (n_en, n_en, 0, 0)
     assert r1["requested_tokens"] > 0 and r1["fresh_tokens"] > 0 and r1["committed"]
     first = {r[0]: r for r in rows(tmp_path / "out.parquet")}
+    first_hash = hashes(tmp_path / "out.parquet")
+    assert set(first_hash) == set(first) and spark.read.parquet(str(tmp_path / "out.parquet")).columns == FIELDS
     assert len(first) == n_en and first[3][1:4] == (None, None, None)  # the NULL rule: NULL body, NULL values
 
     # id 1 edited, ids 28-29 gone, ids 30-33 new (33 is 'fr': filtered out)
@@ -37,7 +41,7 @@ def test_rerun_computes_only_changed_rows_and_equals_a_clean_run(spark, tmp_path
     assert (r2["rows_enriched"], r2["rows_skipped"]) == (1 + 3, len(new) - 4)
     assert 28 not in new and 29 not in new and 33 not in new and {30, 31, 32} <= set(new)
     assert all(new[i] == first[i] for i in new if i in first and i != 1)  # kept: the very same values
-    assert new[1][5] != first[1][5]  # new content hash
+    assert hashes(tmp_path / "out.parquet")[1] != first_hash[1]  # new content hash
 
     clean = enrich(spark, write_spec(tmp_path, "clean.json", output="clean.parquet"))
     assert clean["rows_enriched"] == len(new)
@@ -54,6 +58,37 @@ def test_rerun_computes_only_changed_rows_and_equals_a_clean_run(spark, tmp_path
             "fresh_tokens", "kv_regret_tokens", "wall_s", "spec_hash"} <= set(report)
     versions = sorted(p.name for p in (tmp_path / "out.parquet.versions").iterdir() if p.is_dir())
     assert len(versions) == 3 and versions[-1].startswith("v000003-")
+
+
+def test_a_missing_or_damaged_state_recomputes_every_row_and_an_old_hash_column_is_read_once(spark, tmp_path):
+    pq.write_table(notes(12), tmp_path / "notes.parquet")
+    spec = write_spec(tmp_path)
+    n = enrich(spark, spec)["rows_read"]
+    out, versions = tmp_path / "out.parquet", tmp_path / "out.parquet.versions"
+    want = rows(out)
+
+    # an output written when the hashes were a column: they are used, and the rewrite leaves them out
+    old = versions / "v000002-old"
+    old.mkdir()
+    h = hashes(out)
+    t = pq.read_table(out).replace_schema_metadata(None)  # Spark would read its schema from that metadata
+    pq.write_table(t.append_column("_ai_hash", pa.array([h[k] for k in t["id"].to_pylist()])),
+                   old / "part-0.parquet")
+    (old / "_SUCCESS").touch()
+    (tmp_path / "link.tmp").symlink_to(os.path.relpath(old, tmp_path))
+    os.replace(tmp_path / "link.tmp", out)
+    assert enrich(spark, spec)["rows_skipped"] == n
+    assert_same_rows(rows(out), want)
+    assert hashes(out) == h
+
+    shutil.rmtree(out / "_ai_state")  # deleted: every row is recomputed, to the same values
+    assert enrich(spark, spec)["rows_enriched"] == n
+    assert_same_rows(rows(out), want)
+    for p in (out / "_ai_state").glob("*.parquet"):  # damaged
+        p.write_bytes(b"not parquet")
+    assert enrich(spark, spec)["rows_enriched"] == n
+    assert_same_rows(rows(out), want)
+    assert enrich(spark, spec)["rows_skipped"] == n
 
 
 def test_rows_that_cannot_be_scored_get_ai_error_and_the_job_goes_on(spark, tmp_path):
@@ -116,8 +151,8 @@ def test_iceberg_output_commits_one_snapshot_per_run(spark, tmp_path):
     cat = load_catalog("quail", type="sql", uri=f"sqlite:///{tmp_path / 'quail_catalog.db'}",
                        warehouse=(tmp_path / "warehouse").as_uri())
     table = cat.load_table("ai.notes")
-    got = sorted(tuple(r[f] for f in ("id", "complaint", "label", "p", "_ai_error", "_ai_hash"))
-                 for r in table.scan().to_arrow().to_pylist())
+    assert table.schema().column_names == FIELDS
+    got = sorted(tuple(r[f] for f in FIELDS) for r in table.scan().to_arrow().to_pylist())
     assert_same_rows(got, rows(tmp_path / "p.parquet"))
     assert r1["rows_enriched"] == len(got)
     assert len(table.snapshots()) == 1 and (tmp_path / "ai_notes.report.json").exists()
@@ -128,6 +163,12 @@ def test_iceberg_output_commits_one_snapshot_per_run(spark, tmp_path):
     assert (r2["rows_enriched"], len(table.snapshots())) == (1, 2)
     assert table.scan().to_arrow().num_rows == len(got)
     assert table.current_snapshot().summary.operation.value == "overwrite"
+    assert table.schema().column_names == FIELDS
+    state = cat.load_table("ai.notes__ai_state")
+    assert state.schema().column_names == ["id", "_ai_hash"] and state.scan().to_arrow().num_rows == len(got)
+
+    cat.drop_table("ai.notes__ai_state")  # no state: every row is recomputed, never an error
+    assert enrich(spark, spec)["rows_enriched"] == len(got)
 
 
 def test_a_batch_that_fails_on_the_last_attempt_becomes_row_errors(spark, tmp_path):
