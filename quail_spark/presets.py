@@ -29,7 +29,7 @@ def load_preset(name: str) -> dict:
     if name.startswith("spark/"):
         import quail_spark
 
-        out.update(getattr(quail_spark, "spark_conf", dict)())
+        out.update(quail_spark.spark_conf())
     return out
 
 

@@ -57,7 +57,7 @@ def main() -> None:
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", "2")
                .config("spark.sql.execution.arrow.maxRecordsPerBatch", "4"))
-    for k, v in getattr(quail_spark, "spark_conf", dict)().items():
+    for k, v in quail_spark.spark_conf().items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     assert type(spark).__module__.startswith("pyspark.sql.connect"), type(spark)
