@@ -113,7 +113,7 @@ def test_cuda_without_an_assigned_gpu_is_an_error(session):
 @pytest.mark.parametrize("on", [True, False])
 def test_truncated_rows_reach_the_metrics(session, on):
     """on_overflow='truncate' keeps every row and counts each cut document in quail_spark.metrics."""
-    quail_spark.install(session, **TINY, max_prompt_tokens=48, on_overflow="truncate")
+    quail_spark.install(session, **TINY, max_prompt_tokens=80, on_overflow="truncate")
     docs = table(session, NOTE + " More words follow here." * 8, 3)
     before = quail_spark.metrics(session)
     spark_rows = measure(session, f"SELECT id, ai_score('Is {{0}} late?', body) AS p FROM {docs}", on)
