@@ -65,7 +65,7 @@ def test_join_computes_each_anchor_once(eng):
     a_tok = sum(len(head) + len(t) for t in eng.renderer.encode_batch(anchors))
     p_tok = [len(t) for t in eng.renderer.encode_batch(partners)]
     pairs = len(anchors) * len(partners)
-    # the bound: anchors once, then partner + question tokens per pair
+    # the bound: anchors once, then partner + question tokens per pair
     assert st["fresh_tokens"] <= a_tok + pairs * (max(p_tok) + len(mid) + len(post))
     # question before partner: per pair only partner + chat tail are fresh
     assert st["fresh_tokens"] <= a_tok + len(anchors) * len(mid) + len(anchors) * sum(p_tok) + pairs * len(post)

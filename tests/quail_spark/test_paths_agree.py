@@ -1,8 +1,8 @@
 """One optimizer inside Spark: every query gives the same rows through ``spark.sql`` with the
 quail rules on, with them off (``spark.quail.optimizer.enabled=false``), and through
 QuailSession (which hands Spark the same text, or its translation of the BigQuery / Snowflake
-spellings). Real SmolLM2 on CPU, the tables of spark_fixtures.py and the NULL-key join of
-issue 9."""
+spellings). Real SmolLM2 on CPU, the tables of spark_fixtures.py and the NULL-key join
+(NULL, empty and whitespace-only keys)."""
 from __future__ import annotations
 
 import math
@@ -90,7 +90,7 @@ def rows_with_rules(spark, sql: str, enabled: bool) -> Counter:
         spark.conf.set(RULES, "true")
 
 
-def test_at_least_twenty_queries_cover_the_issue():
+def test_at_least_twenty_queries_cover_the_sql_features():
     names = {q[0] for q in QUERIES}
     assert len(QUERIES) >= 20
     assert {"group_by_having", "cte", "subquery_in_where", "union", "left_join_ai_filter_one_side",

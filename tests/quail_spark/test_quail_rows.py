@@ -57,7 +57,7 @@ def test_same_rows_rules_on_and_off(smol, name):
     assert collect(smol, QUERIES[name], True) == collect(smol, QUERIES[name], False)
 
 
-def test_null_key_join_of_the_issue(smol, naive):
+def test_null_and_blank_key_join(smol, naive):
     """Only pairs of non-NULL, non-blank values; duplicates kept; the same on both paths."""
     yes = evaluate(naive.eng, Call("if", MENTION, 2), [["My parcel was late"], ["parcel"]])[0]
     expected = [(1, 10)] * 4 if yes else []
