@@ -120,3 +120,25 @@ def test_rules_off_leave_the_plan_to_spark(rules):
     for sql in (CHAIN, JOIN):
         off, _ = plans(rules, sql, on=False)
         assert "quail_" not in off
+
+
+MIXED_HINT = ("SELECT id FROM notes WHERE ai_if('Is {0} a complaint?', body, "
+              "map('selectivity', 0.25, 'anchor', 'n')) AND ai_if('Is {0} about a pet?', body, map('selectivity', 0.1))")
+
+
+@pytest.mark.parametrize("on", [True, False])
+def test_a_map_hint_of_mixed_types_becomes_a_struct_on_every_path(rules, on):
+    """Spark gives a map one value type (it would cast 'n' to DOUBLE and fail while folding):
+    the analysis rule keeps each literal as written, with the optimizer rules on or off."""
+    logical, _ = plans(rules, MIXED_HINT, on=on)
+    assert "map(" not in logical
+    if on:  # the hints, read from the struct, order the fused chain
+        assert chain_templates(logical) == [["Is {0} about a pet?", "Is {0} a complaint?"]]
+        assert '"selectivity": 0.25' in logical
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        rules.sql(MIXED_HINT).explain(mode="extended")
+    analyzed = out.getvalue().split("== Analyzed Logical Plan ==")[1].split("== Optimized Logical Plan ==")[0]
+    assert "named_struct(selectivity, 0.25, anchor, n)" in analyzed and "map(" not in analyzed
+    rules.conf.set("spark.quail.optimizer.enabled", str(on).lower())
+    assert len(rules.sql(MIXED_HINT).collect()) <= 8  # runs (tiny random model: any rows)

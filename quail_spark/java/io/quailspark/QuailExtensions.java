@@ -13,12 +13,14 @@ import scala.runtime.BoxedUnit;
  * <p>Injects the AI rules into Catalyst's operator-optimization batch (run to a
  * fixed point, before Spark's "Extract Python UDFs" batch, so the rules see the
  * AI functions as {@code PythonUDF} expressions). Every rule is idempotent and
- * a no-op when {@code spark.quail.optimizer.enabled=false}.
+ * a no-op when {@code spark.quail.optimizer.enabled=false}. One analysis rule,
+ * {@link QuailHintStruct}, turns map hints into structs on every path.
  */
 public class QuailExtensions extends AbstractFunction1<SparkSessionExtensions, BoxedUnit> {
 
     @Override
     public BoxedUnit apply(SparkSessionExtensions ext) {
+        ext.injectPostHocResolutionRule(new Builder(3));
         ext.injectOptimizerRule(new Builder(0));
         ext.injectOptimizerRule(new Builder(1));
         ext.injectOptimizerRule(new Builder(2));
@@ -39,7 +41,8 @@ public class QuailExtensions extends AbstractFunction1<SparkSessionExtensions, B
             switch (which) {
                 case 0: return new QuailFilterChain(session);
                 case 1: return new QuailAiJoin(session);
-                default: return new QuailLocalSort(session);
+                case 2: return new QuailLocalSort(session);
+                default: return new QuailHintStruct();
             }
         }
     }
