@@ -33,12 +33,9 @@ final class QuailHintStruct extends Rule<LogicalPlan> {
 
     @Override
     public LogicalPlan apply(LogicalPlan plan) {
-        return plan.transformUpWithSubqueries(new AiCalls.PlanRewrite() {
-            @Override
-            LogicalPlan rewrite(LogicalPlan p) {
-                return p.transformExpressions(new HintRewrite());
-            }
-        });
+        // resolveExpressions: the analyzer forbids transformUp/Down in its rules (checked under
+        // SPARK_TESTING); subquery plans are analyzed on their own and meet this rule there.
+        return plan.resolveExpressions(new HintRewrite());
     }
 
     private static final class HintRewrite extends AbstractPartialFunction<Expression, Expression> {
