@@ -8,7 +8,6 @@ import pytest
 
 from gpu_worker import partition as part
 from quail_spark import executor
-from quail_spark import plan as P
 
 DOCS = ["a red apple on the table", None, "the train left the station late", "two cats and a dog",
         "rain all day long", "a tall glass of cold milk"]
@@ -32,12 +31,11 @@ def batches(rows: int = 2):
     return table.to_batches(max_chunksize=rows)
 
 
-def test_documents_match_the_planner_layout():
+def test_documents_are_name_value_lines():
     table = pa.table({"a": ["x", None, None], "b": ["y", "z", None]})
     assert part.Doc(("a",), ("a",)).texts(table) == ["x", None, None]
     two = part.Doc(("a", "b"), ("title", "body")).texts(table)
-    assert two[:2] == [P.document_text(("title", "body"), ("x", "y")),
-                       P.document_text(("title", "body"), (None, "z"))]
+    assert two[:2] == ["title: x\nbody: y", "title: \nbody: z"]
     assert two[2] is None  # every column NULL: no document
     assert part.Doc(("a",), ("a",)).texts(table, [2, 0]) == [None, "x"]
 
