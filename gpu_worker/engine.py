@@ -40,7 +40,10 @@ def _serialized(method):
     @functools.wraps(method)
     def locked(self, *a, **kw):
         with self._lock:
-            return method(self, *a, **kw)
+            try:
+                return method(self, *a, **kw)
+            finally:
+                self._drain()  # nothing an operation launched outlives it (an error between chunks too)
     return locked
 
 
@@ -64,6 +67,7 @@ class Engine:
 
     def __init__(self, config: EngineConfig | None = None, **kw):
         self._lock = threading.RLock()
+        self._in_flight: deque = deque()  # (Launched, logits array it fills) of passes not read yet
         self._tokenizer_thread: ThreadPoolExecutor | None = None
         cfg = config or EngineConfig(**kw)
         if config is not None and kw:
@@ -114,6 +118,7 @@ class Engine:
         parts = [self.renderer.filter_parts(q) for q in questions]
         out = np.full((len(docs), len(questions)), np.nan)
         extra = sum(len(tail) for _, tail in parts)
+        done = []
         for lo, toks in self._chunks(docs, extra):  # the next chunk is tokenized while this one runs
             reqs, where = [], []
             for q_i, (head, tail) in enumerate(parts):
@@ -121,7 +126,10 @@ class Engine:
                     if ids is not None:
                         reqs.append(self._fit(d_i, head, ids, tail))
                         where.append((d_i, q_i))
-            for (d_i, q_i), m in zip(where, self._margins(self._run(reqs))):
+            done.append((where, self._run(reqs, defer=True)))  # its last pass runs on into the next chunk
+        self._drain()
+        for where, logits in done:
+            for (d_i, q_i), m in zip(where, self._margins(logits)):
                 out[d_i, q_i] = m
         self._stage("filter", questions, out)
         return out
@@ -179,8 +187,14 @@ class Engine:
         anchors, partners = documents(anchors, "anchors"), documents(partners, "partners")
         p_toks = self._tokenize(partners)
         out = np.full((len(anchors), len(partners)), np.nan)
+        done = []
         for lo, a_toks in self._chunks(anchors):  # anchors tokenized a chunk ahead
-            out[lo:lo + len(a_toks)] = self._join_ids(a_toks, p_toks, question, row0=lo)
+            reqs, where = self._join_requests(a_toks, p_toks, question, row0=lo)
+            done.append((lo, where, self._run(reqs, defer=True)))  # its last pass runs on into the next chunk
+        self._drain()
+        for lo, where, logits in done:
+            for (a_i, p_i), m in zip(where, self._margins(logits)):
+                out[lo + a_i, p_i] = m
         self._stage("join", [question], out.reshape(-1, 1))
         return out
 
@@ -219,7 +233,15 @@ class Engine:
         self._stage("join", [question], out.reshape(-1, 1))
         return out
 
-    def _join_ids(self, a_toks, p_toks, question: str, row0: int = 0) -> np.ndarray:
+    def _join_ids(self, a_toks, p_toks, question: str) -> np.ndarray:
+        reqs, where = self._join_requests(a_toks, p_toks, question)
+        out = np.full((len(a_toks), len(p_toks)), np.nan)
+        for (a_i, p_i), m in zip(where, self._margins(self._run(reqs))):
+            out[a_i, p_i] = m
+        return out
+
+    def _join_requests(self, a_toks, p_toks, question: str, row0: int = 0):
+        """(requests, (anchor, partner) of each) of a join; every partner's request shares its anchor's prefix."""
         self.tree.op += 1
         head, mid, post = self.renderer.join_parts(question)
         reqs, where = [], []
@@ -231,10 +253,7 @@ class Engine:
                 if p is not None:
                     reqs.append(self._pair_request(row0 + a_i, pre, a, head, mid, p, post))
                     where.append((a_i, p_i))
-        out = np.full((len(a_toks), len(p_toks)), np.nan)
-        for (a_i, p_i), m in zip(where, self._margins(self._run(reqs))):
-            out[a_i, p_i] = m
-        return out
+        return reqs, where
 
     def _pair_request(self, row, pre, a, head, mid, p, post):
         if len(pre) + len(p) + len(post) <= self._limit():
@@ -377,6 +396,13 @@ class Engine:
                 self.tree.push(n)
         self.tree.unlink_upward(node)
 
+    def _drain(self):
+        """Read every launched pass (its logits land in the array `_run` returned)."""
+        t0 = time.time()
+        while self._in_flight:
+            self._read(*self._in_flight.popleft())
+        self.stats["wall_s"] += time.time() - t0
+
     @staticmethod
     def _read(launched, out: np.ndarray):
         out[launched.requests] = launched.wait()  # the one wait on the device per pass
@@ -396,8 +422,14 @@ class Engine:
             self.stats["stages"].append({"op": op, "question": q, "evaluated": int(ok.sum()),
                                          "passed": int((col[ok] > 0).sum())})
 
-    def _run(self, reqs: list[tuple[list[int], list[int]]]) -> np.ndarray:
-        """Answer-row logits [n_requests, n_head] for (prefix, suffix) requests."""
+    def _run(self, reqs: list[tuple[list[int], list[int]]], defer: bool = False) -> np.ndarray:
+        """Answer-row logits [n_requests, n_head] for (prefix, suffix) requests.
+
+        defer: return with the last pass still running; its rows are filled by
+        the next `_run` (which launches its own first pass before it waits) or
+        by `_drain`. Consecutive chunks of one operation so keep the device busy
+        while the host prepares the next chunk.
+        """
         t0 = time.time()
         n_head = len(self.renderer.answers.head_ids)
         out = np.zeros((len(reqs), n_head), dtype=np.float32)
@@ -408,7 +440,7 @@ class Engine:
         gc.disable()  # millions of token ints: a full collection mid-call costs seconds
         try:
             ends = self._insert(reqs, share)
-            return self._schedule(reqs, ends, share, out, t0)
+            return self._schedule(reqs, ends, share, out, t0, defer)
         finally:
             if gc_on:
                 gc.enable()
@@ -433,27 +465,28 @@ class Engine:
             ends.append(self.tree.insert(suffix, at=at) if suffix else at)
         return ends
 
-    def _schedule(self, reqs, ends, share: bool, out: np.ndarray, t0: float) -> np.ndarray:
+    def _schedule(self, reqs, ends, share: bool, out: np.ndarray, t0: float, defer: bool) -> np.ndarray:
         sched = Scheduler(self.tree, ends, self.rt.token_budget, retain=share, ctx_budget=self.rt.ctx_budget)
         passes, last_log = 0, t0
-        in_flight: deque = deque()  # launched passes whose logits are not read yet
+        in_flight = self._in_flight
         try:
             while not sched.done:
                 jobs = sched.next_pass()
                 if not jobs:
                     raise RuntimeError("scheduler made no progress (a bug): no job could run")
-                in_flight.append(self.runner.run(jobs))
+                in_flight.append((self.runner.run(jobs), out))
                 sched.finish(jobs)  # bookkeeping only: the next pass is planned while this one runs
                 passes += 1
                 if len(in_flight) > 1:
-                    self._read(in_flight.popleft(), out)
+                    self._read(*in_flight.popleft())
                 if time.time() - last_log > 10:
                     last_log = time.time()
                     log.info("engine: %d/%d prompts planned, %d passes, %.0f s",
                              sum(sched.served), len(reqs), passes, last_log - t0)
-            while in_flight:
-                self._read(in_flight.popleft(), out)
+            if not defer:
+                self._drain()
         except BaseException:
+            in_flight.clear()  # (pinned host buffers stay valid until their copies finish)
             self._new_tree()  # bookkeeping of an interrupted call is not trusted
             raise
         if not share:

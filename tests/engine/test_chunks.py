@@ -1,0 +1,66 @@
+"""Operations over many chunks: a chunk's last pass still runs while the next chunk is prepared.
+
+Margins are those of one document (one anchor) at a time, an error in a later
+chunk leaves nothing running, and the engine answers right afterwards.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gpu_worker import Engine, EngineConfig
+from gpu_worker.prompts import PromptTooLong
+
+MODEL = "tiny-llama-random"
+WORDS = "refund late broken parcel apple pear market rain quiet park stock fell waiter cold rude".split()
+Q = "Is the document a complaint?"
+JQ = "Does DOCUMENT 1 mention DOCUMENT 2?"
+
+
+def _texts(n, lo, hi, seed):
+    rng = np.random.default_rng(seed)
+    return [" ".join(rng.choice(WORDS, int(rng.integers(lo, hi)))) for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def eng():
+    return Engine(EngineConfig(model=MODEL, token_budget=32))
+
+
+def test_filter_over_many_chunks_matches_one_document_at_a_time(eng):
+    docs = _texts(40, 8, 30, 1)
+    docs[5] = None
+    extra = sum(len(t) for _, t in [eng.renderer.filter_parts(Q)])
+    assert len(list(eng._chunks(docs, extra))) >= 3  # the work spans several chunks
+    got = eng.filter(docs, [Q])
+    assert not eng._in_flight
+    want = np.vstack([eng.filter([d], [Q]) for d in docs])
+    assert np.allclose(got, want, atol=1e-5, equal_nan=True)
+    fresh = Engine(EngineConfig(model=MODEL, token_budget=4096))  # the whole call in one chunk and pass
+    assert len(list(fresh._chunks(docs, extra))) == 1
+    assert np.allclose(got, fresh.filter(docs, [Q]), atol=1e-5, equal_nan=True)
+
+
+def test_join_over_many_chunks_matches_one_anchor_at_a_time(eng):
+    anchors = _texts(24, 30, 50, 2)
+    partners = ["refund", "cold waiter", "apple pear", None]
+    assert len(list(eng._chunks(anchors))) >= 3
+    got = eng.join(anchors, partners, JQ)
+    assert not eng._in_flight
+    want = np.vstack([eng.join([a], partners, JQ) for a in anchors])
+    assert np.allclose(got, want, atol=1e-5, equal_nan=True)
+    assert np.isnan(got[:, 3]).all() and not np.isnan(got[:, :3]).any()
+
+
+def test_an_error_in_a_later_chunk_leaves_nothing_running(eng):
+    docs = _texts(40, 8, 30, 3)
+    docs[-1] = " ".join(["refund"] * (eng.rt.max_position + 10))  # too long: raised in the last chunk
+    extra = len(eng.renderer.filter_parts(Q)[1])
+    assert len(list(eng._chunks(docs, extra))) >= 3
+    with pytest.raises(PromptTooLong) as e:
+        eng.filter(docs, [Q])
+    assert e.value.row == len(docs) - 1
+    assert not eng._in_flight
+    again = eng.filter(docs[:-1], [Q])
+    fresh = Engine(EngineConfig(model=MODEL, token_budget=4096))
+    assert np.allclose(again, fresh.filter(docs[:-1], [Q]), atol=1e-5)
