@@ -97,7 +97,7 @@ def test_build_plan_long_sequences_go_to_flash():
 def test_build_plan_no_context():
     plan = build_plan(make_meta([300, 120], [(1, None), (1, None)]), "cpu", n_rep=4)
     assert plan.ctx_part is None and plan.fold is None
-    assert plan.tri.block_t == 32  # 32 tokens x 4 heads = 128-row tile
+    assert plan.tri.block_t == 16  # 16 tokens x 4 heads = 64-row tile
     starts = plan.tri.items[1].tolist()
     assert starts == sorted(starts, reverse=True)  # deepest causal blocks first
 
