@@ -6,7 +6,8 @@ Sections (``--sections``, comma-separated):
   JOIN_IDS   the old JOIN measurement (ids straight into Engine._run, bench_workloads.run_join),
              three runs on the same default engine: regression or noise;
   SUSTAINED  one engine, 40 filter calls of 2,000 documents, per-call throughput;
-  EXECUTOR   FILTER and JOIN through gpu_worker.partition (Arrow record batches in, no Spark);
+  EXECUTOR   FILTER and JOIN through gpu_worker.partition (Arrow record batches in, no Spark), and the
+             engine calls of the Spark SQL functions' bodies once per Arrow batch of the GPU preset;
   BIO2       500 anchors of ~5,000 tokens x 1,127 partners through Engine.join, and the same
              pairs of the first --bio2-ids-anchors anchors fed as ids (Engine.join_ids).
 
@@ -37,9 +38,11 @@ import bench_workloads as wl  # noqa: E402
 from gpu_bench import count_pairs, matmul_rate, sol_seconds, sync  # noqa: E402
 
 from gpu_worker import Engine, EngineConfig  # noqa: E402
+from gpu_worker import ai_calls  # noqa: E402
 from gpu_worker import partition as part  # noqa: E402
 
 log = logging.getLogger("public_bench")
+PRESET = Path(__file__).resolve().parents[1] / "conf" / "spark" / "one-gpu.json"  # the Arrow batch size of Spark on a GPU
 FULL = {"filter_docs": 2048, "doc_words": 300, "chain_docs": 1024, "join_anchors": 8, "anchor_words": 5000,
         "join_partners": 1000, "fj_anchors": 16, "fj_partners": 2000, "traces": 72, "trace_steps": 24,
         "sustained_calls": 40, "sustained_docs": 2000, "sustained_words": 100,
@@ -209,7 +212,9 @@ def sustained(args, eng, dev, sz, res):
 
 
 def executor(args, eng, dev, sz, res):
-    """The partition runner fed Arrow record batches (as quail_spark.executor does), no Spark."""
+    """The Arrow partition runner (gpu_worker.partition) fed record batches; then the engine calls the Spark
+    SQL functions' bodies make (quail_spark.executor: quail_chain -> Engine.chain, quail_join ->
+    ai_calls.evaluate) once per Arrow batch of the GPU preset's size. No Spark (none on the GPU machine)."""
     w = Words(eng.tokenizer, 31)
     out = res.setdefault("executor", {})
     doc = part.Doc(("body",), ("body",))
@@ -233,9 +238,24 @@ def executor(args, eng, dev, sz, res):
     anchors2 = w.texts(sz["join_anchors"], sz["anchor_words"])  # fresh anchors: nothing cached
     _, st_api = timed(eng, dev, lambda: eng.join(anchors2, partners, wl.JOIN_QUESTION))
     out["JOIN public API, fresh anchors"] = st_api
-    for k in ("FILTER", "JOIN"):
-        api = out[f"{k} public API, fresh documents" if k == "FILTER" else f"{k} public API, fresh anchors"]
-        out[k]["over_public_api"] = out[k]["requested_tok_s"] / api["requested_tok_s"]
+    rows = 64 if args.smoke else int(json.loads(PRESET.read_text())["spark.sql.execution.arrow.maxRecordsPerBatch"])
+    docs3 = w.texts(sz["filter_docs"], sz["doc_words"])
+    _, st = timed(eng, dev, lambda: [eng.chain(docs3[i:i + rows], [wl.QUESTION])  # udf_chain, one AI predicate
+                                     for i in range(0, len(docs3), rows)])
+    out["FILTER, SQL function body per Arrow batch"] = dict(st, batch_rows=rows)
+    call = ai_calls.Call("if", "Does {0} mention {1}?", 2)  # ai_if(template, anchor, partner) of an AI join
+    anchors3 = w.texts(sz["join_anchors"], sz["anchor_words"])
+    pa_, pp_ = [a for a in anchors3 for _ in partners], [p for _ in anchors3 for p in partners]
+    _, st = timed(eng, dev, lambda: [ai_calls.evaluate(eng, call, [pa_[i:i + rows], pp_[i:i + rows]])
+                                     for i in range(0, len(pa_), rows)])  # udf_join: pairs sorted by anchor
+    out["JOIN, SQL function body per Arrow batch"] = dict(st, batch_rows=rows)
+    anchors4 = w.texts(sz["join_anchors"], sz["anchor_words"])
+    _, out["JOIN public API, same question"] = timed(eng, dev, lambda: eng.join(anchors4, partners, call.question))
+    api_of = {"FILTER": "FILTER public API, fresh documents", "JOIN": "JOIN public API, fresh anchors",
+              "FILTER, SQL function body per Arrow batch": "FILTER public API, fresh documents",
+              "JOIN, SQL function body per Arrow batch": "JOIN public API, same question"}
+    for k, a in api_of.items():
+        out[k]["over_public_api"] = out[k]["requested_tok_s"] / out[a]["requested_tok_s"]
         log.info("EXECUTOR %s: %.0f requested tok/s, %.2f of the public API", k, out[k]["requested_tok_s"],
                  out[k]["over_public_api"])
     dump(args, res)
@@ -308,6 +328,7 @@ def main(argv=None):
     w = Words(eng.tokenizer, 1)
     eng.join(w.texts(2, 500), w.partners(50), wl.JOIN_QUESTION)  # warm-up: kernels compile
     eng.filter(w.texts(64, 300), [wl.QUESTION])
+    eng.filter(w.texts(160, 300), [wl.QUESTION])  # ... and a pass of the full token budget
     sections = [s for s in args.sections.split(",") if s]
     hf = bench_hf.hf_model(eng) if "WORKLOADS" in sections else None
     for s in sections:
