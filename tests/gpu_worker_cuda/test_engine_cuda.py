@@ -48,10 +48,15 @@ def test_default_engine_join_of_long_anchors_fits_in_memory():
 
 def test_bf16_join_with_shared_partner_words_agrees_with_float32():
     """Partners split below each anchor by shared words: the anchor read once per pass, the shared
-    words as a second context segment (cuda_ops._shared_base_segments); margins as float32's."""
+    words as a second context segment (cuda_ops._shared_base_segments); margins as float32's, within
+    the rounding of torch's own bf16 path (flash attention, no Triton) on the same weights."""
     ref = Engine(EngineConfig(model="tiny-qwen3-random", device="cuda", dtype="float32", use_triton=False))
     eng = Engine(EngineConfig(model="tiny-qwen3-random", device="cuda", token_budget=512))
+    plain = Engine(EngineConfig(model="tiny-qwen3-random", device="cuda", token_budget=512, use_triton=False,
+                                kv_pool_tokens=1 << 16))
     anchors, partners = _texts(6, 300, 4), _partners(60, 5)
     want = ref.join(anchors, partners, "Does 1 mention 2?")
     got = eng.join(anchors, partners, "Does 1 mention 2?")
-    assert np.abs(got - want).max() < 0.1 and np.corrcoef(got.ravel(), want.ravel())[0, 1] > 0.99
+    err, err_plain = np.abs(got - want).max(), np.abs(plain.join(anchors, partners, "Does 1 mention 2?") - want).max()
+    assert err < max(0.1, 1.5 * err_plain), (err, err_plain)
+    assert np.corrcoef(got.ravel(), want.ravel())[0, 1] > 0.99
