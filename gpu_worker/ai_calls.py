@@ -33,7 +33,7 @@ DEFAULT_INSTRUCTION = "Which option describes the document best?"
 
 def is_null(value) -> bool:
     """The one NULL rule: None, '' and whitespace-only text are NULL."""
-    return value is None or (isinstance(value, str) and not value.strip())
+    return value is None or (isinstance(value, str) and (not value or value.isspace()))  # (strip() would copy)
 
 
 def placeholders(template: str) -> tuple[int, ...]:

@@ -41,12 +41,13 @@ def documents(texts, what: str = "docs") -> list[str | None]:
             continue
         if not isinstance(t, str):
             raise TypeError(f"{what}[{i}] (row {i}) must be a str or None, got {type(t).__name__}: {t!r:.60}")
-        try:
-            t.encode("utf-8")
-        except UnicodeEncodeError as e:
-            raise ValueError(f"{what}[{i}] (row {i}) is not valid Unicode text: {e.reason} at character "
-                             f"{e.start} ({t[max(0, e.start - 20):e.start + 1]!r})") from None
-        out.append(t if t.strip() else None)
+        if not t.isascii():  # (no copy of an ASCII text: a join's anchor repeats on every pair)
+            try:
+                t.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise ValueError(f"{what}[{i}] (row {i}) is not valid Unicode text: {e.reason} at character "
+                                 f"{e.start} ({t[max(0, e.start - 20):e.start + 1]!r})") from None
+        out.append(None if not t or t.isspace() else t)
     return out
 
 
