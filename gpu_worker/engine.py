@@ -127,7 +127,7 @@ class Engine:
                         reqs.append(self._fit(d_i, head, ids, tail))
                         where.append((d_i, q_i))
             done.append((where, self._run(reqs, defer=True)))  # its last pass runs on into the next chunk
-        self._drain()
+        self.stats["wall_s"] += self._drain()  # the last chunk's last pass
         for where, logits in done:
             for (d_i, q_i), m in zip(where, self._margins(logits)):
                 out[d_i, q_i] = m
@@ -191,7 +191,7 @@ class Engine:
         for lo, a_toks in self._chunks(anchors):  # anchors tokenized a chunk ahead
             reqs, where = self._join_requests(a_toks, p_toks, question, row0=lo)
             done.append((lo, where, self._run(reqs, defer=True)))  # its last pass runs on into the next chunk
-        self._drain()
+        self.stats["wall_s"] += self._drain()  # the last chunk's last pass
         for lo, where, logits in done:
             for (a_i, p_i), m in zip(where, self._margins(logits)):
                 out[lo + a_i, p_i] = m
@@ -219,7 +219,12 @@ class Engine:
             if a is not None:
                 distinct.setdefault(a, len(distinct))
         a_ids = self._tokenize(list(distinct))
-        p_toks = self._tokenize(partners)
+        p_index: dict[str, int] = {}  # a partner repeats once per anchor: tokenized once
+        for p in partners:
+            if p is not None:
+                p_index.setdefault(p, len(p_index))
+        p_ids = self._tokenize(list(p_index))
+        p_toks = [None if p is None else p_ids[p_index[p]] for p in partners]
         head, mid, post = self.renderer.join_parts(question)
         pre = [head + a + mid for a in a_ids]  # one prefix list per distinct anchor: one tree lookup
         reqs, where = [], []
@@ -397,11 +402,11 @@ class Engine:
         self.tree.unlink_upward(node)
 
     def _drain(self):
-        """Read every launched pass (its logits land in the array `_run` returned)."""
+        """Read every launched pass (its logits land in the array `_run` returned); returns the seconds waited."""
         t0 = time.time()
         while self._in_flight:
             self._read(*self._in_flight.popleft())
-        self.stats["wall_s"] += time.time() - t0
+        return time.time() - t0
 
     @staticmethod
     def _read(launched, out: np.ndarray):

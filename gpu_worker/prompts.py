@@ -35,9 +35,13 @@ def documents(texts, what: str = "docs") -> list[str | None]:
     if isinstance(texts, str):
         raise TypeError(f"{what} must be a list of documents, got one string")
     out: list[str | None] = []
+    checked: set[str] = set()  # a text repeated on many rows (a join's anchor) is checked once
     for i, t in enumerate(texts):
         if t is None:
             out.append(None)
+            continue
+        if t.__class__ is str and t in checked:
+            out.append(t)
             continue
         if not isinstance(t, str):
             raise TypeError(f"{what}[{i}] (row {i}) must be a str or None, got {type(t).__name__}: {t!r:.60}")
@@ -48,6 +52,8 @@ def documents(texts, what: str = "docs") -> list[str | None]:
                 raise ValueError(f"{what}[{i}] (row {i}) is not valid Unicode text: {e.reason} at character "
                                  f"{e.start} ({t[max(0, e.start - 20):e.start + 1]!r})") from None
         out.append(None if not t or t.isspace() else t)
+        if out[-1] is not None:
+            checked.add(t)
     return out
 
 

@@ -64,3 +64,16 @@ def test_an_error_in_a_later_chunk_leaves_nothing_running(eng):
     again = eng.filter(docs[:-1], [Q])
     fresh = Engine(EngineConfig(model=MODEL, token_budget=4096))
     assert np.allclose(again, fresh.filter(docs[:-1], [Q]), atol=1e-5)
+
+
+def test_pairs_of_a_cross_product_match_the_join(eng):
+    """Each anchor and each partner of a cross product repeats on many rows; each is checked and tokenized once."""
+    anchors = _texts(3, 20, 30, 4)
+    partners = ["refund", "cold waiter", None, "apple pear"]
+    grid = eng.join(anchors, partners, JQ)
+    rows_a = [(a + " ")[:-1] for a in anchors for _ in partners]  # equal texts, distinct objects (as from Arrow)
+    rows_p = [p for _ in anchors for p in partners]
+    got = eng.pairs(rows_a, rows_p, JQ)
+    assert np.allclose(got, grid.ravel(), atol=1e-5, equal_nan=True)
+    with pytest.raises(ValueError, match=r"anchors\[5\] \(row 5\)"):
+        eng.pairs(rows_a[:5] + ["bad \ud800"] + rows_a[6:], rows_p, JQ)
