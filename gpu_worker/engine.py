@@ -8,31 +8,23 @@ extending earlier rows) lives once in the prefix tree.
 from __future__ import annotations
 
 import functools
-import gc
-import logging
 import threading
 import time
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
 
 from . import weights
+from .chunks import Chunks
 from .config import EngineConfig
+from .fitting import Fitting
 from .kv_pool import PagePool
+from .passes import TREE_COUNTERS, Passes
 from .prefix_tree import Node, PrefixTree
-from .prompts import PromptRenderer, PromptTooLong, documents
+from .prompts import PromptRenderer, documents
 from .runner import KVCache, ModelRunner
 from .runtime import Runtime
-from .scheduler import Scheduler
-
-log = logging.getLogger("gpu_worker")
-
-CHUNK_TOKENS_PER_BUDGET = (2, 16)  # documents run in chunks of ~2 passes' tokens, then ~16 (tokenized a chunk ahead)
-CHARS_PER_TOKEN = 4  # to size a chunk before it is tokenized
-TREE_COUNTERS = {"kv_kept_tokens": "kept_tokens", "kv_kept_unread_tokens": "kept_unread_tokens",
-                 "evict_visited": "evict_visited", "evicted_nodes": "evicted_nodes"}
 
 
 def _serialized(method):
@@ -47,7 +39,7 @@ def _serialized(method):
     return locked
 
 
-class Engine:
+class Engine(Chunks, Fitting, Passes):
     """Prefill-only scoring engine (docs/architecture.md, "Where each part lives").
 
     Thread safety: the operations (filter, score, chain, join, join_ids,
@@ -68,7 +60,7 @@ class Engine:
     def __init__(self, config: EngineConfig | None = None, **kw):
         self._lock = threading.RLock()
         self._in_flight: deque = deque()  # (Launched, logits array it fills) of passes not read yet
-        self._tokenizer_thread: ThreadPoolExecutor | None = None
+        self._tokenizer_thread = None  # Chunks: the tokenizing helper thread, started on first use
         cfg = config or EngineConfig(**kw)
         if config is not None and kw:
             cfg = cfg.replace(**kw)
@@ -245,26 +237,6 @@ class Engine:
             out[a_i, p_i] = m
         return out
 
-    def _join_requests(self, a_toks, p_toks, question: str, row0: int = 0):
-        """(requests, (anchor, partner) of each) of a join; every partner's request shares its anchor's prefix."""
-        self.tree.op += 1
-        head, mid, post = self.renderer.join_parts(question)
-        reqs, where = [], []
-        for a_i, a in enumerate(a_toks):
-            if a is None:
-                continue
-            pre = head + a + mid  # built once per anchor: every partner's request shares this list
-            for p_i, p in enumerate(p_toks):
-                if p is not None:
-                    reqs.append(self._pair_request(row0 + a_i, pre, a, head, mid, p, post))
-                    where.append((a_i, p_i))
-        return reqs, where
-
-    def _pair_request(self, row, pre, a, head, mid, p, post):
-        if len(pre) + len(p) + len(post) <= self._limit():
-            return pre, p + post
-        return self._fit_join(row, head, a, mid, p, post)
-
     @_serialized
     def classify(self, docs, labels, instruction: str = "Which option describes the document best?"):
         """(label index per doc, -1 for NULL; probabilities [n_docs, n_labels], NaN rows for NULL)."""
@@ -316,69 +288,6 @@ class Engine:
         """Ids of checked documents (see `prompts.documents`); None stays None."""
         return self.renderer.encode_batch(docs)
 
-    def _chunks(self, docs: list[str | None], extra: int | None = None):
-        """(first row, ids) of consecutive chunks (sizes: CHUNK_TOKENS_PER_BUDGET);
-        chunk i+1 is tokenized on a helper thread while the caller runs chunk i.
-
-        extra: fresh tokens each document adds beyond its ids (a filter's tails); when given, a
-        chunk ends where its fresh tokens fill whole passes and the rows after move to the next
-        chunk, so a chunk boundary does not leave a nearly empty pass.
-        """
-        first, rest = (k * self.rt.token_budget * CHARS_PER_TOKEN for k in CHUNK_TOKENS_PER_BUDGET)
-        bounds, lo, size = [], 0, 0
-        for i, d in enumerate(docs):  # a small first chunk: little tokenization before the device starts
-            size += 0 if d is None else len(d)
-            if size >= (rest if bounds else first):
-                bounds.append((lo, i + 1))
-                lo, size = i + 1, 0
-        if lo < len(docs) or not bounds:
-            bounds.append((lo, len(docs)))
-        if len(bounds) == 1:
-            yield 0, self._tokenize(docs)
-            return
-        if self._tokenizer_thread is None:
-            self._tokenizer_thread = ThreadPoolExecutor(1, thread_name_prefix="quail-tokenize")
-        submit = lambda b: self._tokenizer_thread.submit(self._tokenize, docs[b[0]:b[1]])  # noqa: E731
-        nxt = submit(bounds[0])
-        lo, carry = 0, []
-        for k, b in enumerate(bounds):
-            toks = carry + nxt.result()
-            if k + 1 < len(bounds):
-                nxt = submit(bounds[k + 1])
-                cut = len(toks) if extra is None else self._whole_passes(toks, extra)
-                toks, carry = toks[:cut], toks[cut:]
-            yield lo, toks
-            lo += len(toks)
-
-    def _whole_passes(self, toks, extra: int) -> int:
-        """Rows of `toks` whose fresh tokens fill the most whole passes (at least one row)."""
-        cum = np.cumsum([0 if t is None else len(t) + extra for t in toks])
-        whole = cum[-1] // self.rt.token_budget * self.rt.token_budget
-        return max(1, int(np.searchsorted(cum, whole, side="right")))
-
-    def _limit(self) -> int:
-        return self.rt.max_position
-
-    def _fit(self, row, head, doc, tail):
-        """(prefix, suffix) of a document prompt, truncating the document if allowed."""
-        over = len(head) + len(doc) + len(tail) - self._limit()
-        if over > 0:
-            if self.config.on_overflow != "truncate" or over > len(doc):
-                raise PromptTooLong(row, len(head) + len(doc) + len(tail), self._limit())
-            doc = doc[: len(doc) - over]
-            self.stats["truncated_rows"] += 1
-        return head + doc, tail
-
-    def _fit_join(self, row, head, a, mid, p, post):
-        over = len(head) + len(a) + len(mid) + len(p) + len(post) - self._limit()
-        if over > 0:
-            if self.config.on_overflow != "truncate" or over > len(a) + len(p):
-                raise PromptTooLong(row, len(head) + len(a) + len(mid) + len(p) + len(post), self._limit())
-            cut_a = min(over, len(a))
-            a, p = a[: len(a) - cut_a], p[: len(p) - (over - cut_a)]
-            self.stats["truncated_rows"] += 1
-        return head + a + mid, p + post
-
     def _blocks(self, live, toks, head):
         """Documents per chain block: as many as half the pool can keep pinned."""
         if not live:
@@ -401,17 +310,6 @@ class Engine:
                 self.tree.push(n)
         self.tree.unlink_upward(node)
 
-    def _drain(self):
-        """Read every launched pass (its logits land in the array `_run` returned); returns the seconds waited."""
-        t0 = time.time()
-        while self._in_flight:
-            self._read(*self._in_flight.popleft())
-        return time.time() - t0
-
-    @staticmethod
-    def _read(launched, out: np.ndarray):
-        out[launched.requests] = launched.wait()  # the one wait on the device per pass
-
     def _margins(self, logits: np.ndarray) -> np.ndarray:
         if len(logits) == 0:
             return np.zeros(0)
@@ -426,93 +324,6 @@ class Engine:
             ok = ~np.isnan(col)
             self.stats["stages"].append({"op": op, "question": q, "evaluated": int(ok.sum()),
                                          "passed": int((col[ok] > 0).sum())})
-
-    def _run(self, reqs: list[tuple[list[int], list[int]]], defer: bool = False) -> np.ndarray:
-        """Answer-row logits [n_requests, n_head] for (prefix, suffix) requests.
-
-        defer: return with the last pass still running; its rows are filled by
-        the next `_run` (which launches its own first pass before it waits) or
-        by `_drain`. Consecutive chunks of one operation so keep the device busy
-        while the host prepares the next chunk.
-        """
-        t0 = time.time()
-        n_head = len(self.renderer.answers.head_ids)
-        out = np.zeros((len(reqs), n_head), dtype=np.float32)
-        if not reqs:
-            return out
-        share = self.config.prefix_cache
-        gc_on = gc.isenabled()
-        gc.disable()  # millions of token ints: a full collection mid-call costs seconds
-        try:
-            ends = self._insert(reqs, share)
-            return self._schedule(reqs, ends, share, out, t0, defer)
-        finally:
-            if gc_on:
-                gc.enable()
-
-    def _insert(self, reqs, share: bool) -> list[Node]:
-        """Tree node of each request's end; a prefix list shared by requests is looked up once."""
-        ends: list[Node] = []
-        by_id: dict[int, Node] = {}
-        by_tokens: dict[tuple, Node] = {}
-        for i, (prefix, suffix) in enumerate(reqs):
-            if not share:
-                ends.append(self.tree.insert(prefix + suffix, at=self.tree.root(("solo", i))))
-                continue
-            at = by_id.get(id(prefix))
-            if at is None:
-                key = tuple(prefix)
-                at = by_tokens.get(key)
-                if at is None:
-                    at = by_tokens[key] = self.tree.insert(prefix)
-                    self.tree.mark_prefix(at)  # a prefix (document, anchor) is worth keeping for later calls
-                by_id[id(prefix)] = at
-            ends.append(self.tree.insert(suffix, at=at) if suffix else at)
-        return ends
-
-    def _schedule(self, reqs, ends, share: bool, out: np.ndarray, t0: float, defer: bool) -> np.ndarray:
-        sched = Scheduler(self.tree, ends, self.rt.token_budget, retain=share, ctx_budget=self.rt.ctx_budget)
-        passes, last_log = 0, t0
-        in_flight = self._in_flight
-        try:
-            while not sched.done:
-                jobs = sched.next_pass()
-                if not jobs:
-                    raise RuntimeError("scheduler made no progress (a bug): no job could run")
-                in_flight.append((self.runner.run(jobs), out))
-                sched.finish(jobs)  # bookkeeping only: the next pass is planned while this one runs
-                passes += 1
-                if len(in_flight) > 1:
-                    self._read(*in_flight.popleft())
-                if time.time() - last_log > 10:
-                    last_log = time.time()
-                    log.info("engine: %d/%d prompts planned, %d passes, %.0f s",
-                             sum(sched.served), len(reqs), passes, last_log - t0)
-            if not defer:
-                self._drain()
-        except BaseException:
-            in_flight.clear()  # (pinned host buffers stay valid until their copies finish)
-            self._new_tree()  # bookkeeping of an interrupted call is not trusted
-            raise
-        if not share:
-            for i in range(len(reqs)):
-                self.tree.drop_root(("solo", i))
-        self.tree.trim()
-        for k, t in TREE_COUNTERS.items():
-            self.stats[k] += self.tree.stats[t] - self._tree_seen.get(t, 0)
-        self._tree_seen = dict(self.tree.stats)
-        requested = sum(len(p) + len(s) for p, s in reqs)
-        st = self.stats
-        st["requested_tokens"] += requested
-        st["fresh_tokens"] += sched.fresh
-        st["reused_tokens"] += max(0, requested - sched.fresh)
-        st["kv_regret_tokens"] += sched.regret
-        st["min_fresh_tokens"] += sched.fresh - sched.regret
-        st["forward_passes"] += passes
-        st["requests"] += len(reqs)
-        st["wall_s"] += time.time() - t0
-        return out
-
 
 def _strings(xs, what: str) -> list[str]:
     if isinstance(xs, str):
