@@ -13,7 +13,7 @@ CHARS_PER_TOKEN = 4  # to size a chunk before it is tokenized
 
 
 class Chunks:
-    _tokenizer_thread: ThreadPoolExecutor | None = None
+    _tokenizer_thread: ThreadPoolExecutor | None = None  # started on first use, one per engine
 
     def _chunks(self, docs: list[str | None], extra: int | None = None):
         """(first row, ids) of consecutive chunks (sizes: CHUNK_TOKENS_PER_BUDGET);

@@ -60,7 +60,6 @@ class Engine(Chunks, Fitting, Passes):
     def __init__(self, config: EngineConfig | None = None, **kw):
         self._lock = threading.RLock()
         self._in_flight: deque = deque()  # (Launched, logits array it fills) of passes not read yet
-        self._tokenizer_thread = None  # Chunks: the tokenizing helper thread, started on first use
         cfg = config or EngineConfig(**kw)
         if config is not None and kw:
             cfg = cfg.replace(**kw)
@@ -119,10 +118,7 @@ class Engine(Chunks, Fitting, Passes):
                         reqs.append(self._fit(d_i, head, ids, tail))
                         where.append((d_i, q_i))
             done.append((where, self._run(reqs, defer=True)))  # its last pass runs on into the next chunk
-        self.stats["wall_s"] += self._drain()  # the last chunk's last pass
-        for where, logits in done:
-            for (d_i, q_i), m in zip(where, self._margins(logits)):
-                out[d_i, q_i] = m
+        self._collect(out, done)
         self._stage("filter", questions, out)
         return out
 
@@ -182,11 +178,8 @@ class Engine(Chunks, Fitting, Passes):
         done = []
         for lo, a_toks in self._chunks(anchors):  # anchors tokenized a chunk ahead
             reqs, where = self._join_requests(a_toks, p_toks, question, row0=lo)
-            done.append((lo, where, self._run(reqs, defer=True)))  # its last pass runs on into the next chunk
-        self.stats["wall_s"] += self._drain()  # the last chunk's last pass
-        for lo, where, logits in done:
-            for (a_i, p_i), m in zip(where, self._margins(logits)):
-                out[lo + a_i, p_i] = m
+            done.append((where, self._run(reqs, defer=True)))  # its last pass runs on into the next chunk
+        self._collect(out, done)
         self._stage("join", [question], out.reshape(-1, 1))
         return out
 
@@ -206,24 +199,14 @@ class Engine(Chunks, Fitting, Passes):
         if len(anchors) != len(partners):
             raise ValueError(f"pairs needs as many partners as anchors, got {len(anchors)} and {len(partners)}")
         self.tree.op += 1
-        distinct: dict[str, int] = {}
-        for a in anchors:
-            if a is not None:
-                distinct.setdefault(a, len(distinct))
-        a_ids = self._tokenize(list(distinct))
-        p_index: dict[str, int] = {}  # a partner repeats once per anchor: tokenized once
-        for p in partners:
-            if p is not None:
-                p_index.setdefault(p, len(p_index))
-        p_ids = self._tokenize(list(p_index))
-        p_toks = [None if p is None else p_ids[p_index[p]] for p in partners]
+        a_ids, a_of = self._tokenize_distinct(anchors)
+        p_ids, p_of = self._tokenize_distinct(partners)
         head, mid, post = self.renderer.join_parts(question)
         pre = [head + a + mid for a in a_ids]  # one prefix list per distinct anchor: one tree lookup
         reqs, where = [], []
-        for i, (a, p) in enumerate(zip(anchors, p_toks)):
-            if a is not None and p is not None:
-                k = distinct[a]
-                reqs.append(self._pair_request(i, pre[k], a_ids[k], head, mid, p, post))
+        for i, (k, j) in enumerate(zip(a_of, p_of)):
+            if k >= 0 and j >= 0:
+                reqs.append(self._pair_request(i, pre[k], a_ids[k], head, mid, p_ids[j], post))
                 where.append(i)
         out = np.full(len(anchors), np.nan)
         out[where] = self._margins(self._run(reqs))
@@ -233,8 +216,7 @@ class Engine(Chunks, Fitting, Passes):
     def _join_ids(self, a_toks, p_toks, question: str) -> np.ndarray:
         reqs, where = self._join_requests(a_toks, p_toks, question)
         out = np.full((len(a_toks), len(p_toks)), np.nan)
-        for (a_i, p_i), m in zip(where, self._margins(self._run(reqs))):
-            out[a_i, p_i] = m
+        self._collect(out, [(where, self._run(reqs))])
         return out
 
     @_serialized
@@ -288,6 +270,13 @@ class Engine(Chunks, Fitting, Passes):
         """Ids of checked documents (see `prompts.documents`); None stays None."""
         return self.renderer.encode_batch(docs)
 
+    def _tokenize_distinct(self, docs: list[str | None]) -> tuple[list[list[int]], list[int]]:
+        """(ids of each distinct document, its index per row, -1 for None): a document repeated on
+        many rows (a join's anchor or partner in Arrow pairs) is tokenized once."""
+        index: dict[str, int] = {}
+        of = [-1 if d is None else index.setdefault(d, len(index)) for d in docs]
+        return self._tokenize(list(index)), of
+
     def _blocks(self, live, toks, head):
         """Documents per chain block: as many as half the pool can keep pinned."""
         if not live:
@@ -309,6 +298,15 @@ class Engine(Chunks, Fitting, Passes):
             if n.pending == 0:
                 self.tree.push(n)
         self.tree.unlink_upward(node)
+
+    def _collect(self, out: np.ndarray, done):
+        """Read the passes still running, then write each request's margin at its index of `out`.
+
+        done: (indices into out, logits array `_run` returned) per `_run` call."""
+        self.stats["wall_s"] += self._drain()  # the last chunk's last pass
+        for where, logits in done:
+            for at, m in zip(where, self._margins(logits)):
+                out[at] = m
 
     def _margins(self, logits: np.ndarray) -> np.ndarray:
         if len(logits) == 0:

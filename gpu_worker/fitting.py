@@ -10,7 +10,7 @@ from .prompts import PromptTooLong
 
 class Fitting:
     def _join_requests(self, a_toks, p_toks, question: str, row0: int = 0):
-        """(requests, (anchor, partner) of each) of a join; every partner's request shares its anchor's prefix."""
+        """(requests, (row0 + anchor, partner) of each) of a join; every partner's request shares its anchor's prefix."""
         self.tree.op += 1
         head, mid, post = self.renderer.join_parts(question)
         reqs, where = [], []
@@ -21,7 +21,7 @@ class Fitting:
             for p_i, p in enumerate(p_toks):
                 if p is not None:
                     reqs.append(self._pair_request(row0 + a_i, pre, a, head, mid, p, post))
-                    where.append((a_i, p_i))
+                    where.append((row0 + a_i, p_i))
         return reqs, where
 
     def _pair_request(self, row, pre, a, head, mid, p, post):
