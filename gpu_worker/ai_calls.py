@@ -24,16 +24,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .prompts import PromptTooLong
+from .prompts import PromptTooLong, is_null  # is_null: the one NULL rule, also the engine's document check
 
 PLACEHOLDER = re.compile(r"\{(\d+)\}")
 KINDS = ("if", "score", "classify")
 DEFAULT_INSTRUCTION = "Which option describes the document best?"
-
-
-def is_null(value) -> bool:
-    """The one NULL rule: None, '' and whitespace-only text are NULL."""
-    return value is None or (isinstance(value, str) and (not value or value.isspace()))  # (strip() would copy)
 
 
 def placeholders(template: str) -> tuple[int, ...]:

@@ -29,6 +29,11 @@ class PromptTooLong(ValueError):
             "shorten the document or use EngineConfig(on_overflow='truncate')")
 
 
+def is_null(value) -> bool:
+    """The one NULL rule: None, '' and whitespace-only text are NULL."""
+    return value is None or (isinstance(value, str) and (not value or value.isspace()))  # (strip() would copy)
+
+
 def documents(texts, what: str = "docs") -> list[str | None]:
     """Documents checked: each `str` or None, encodable as UTF-8; NULL (None, empty or
     whitespace only) becomes None, which every operation answers with NaN (not evaluated)."""
@@ -51,7 +56,7 @@ def documents(texts, what: str = "docs") -> list[str | None]:
             except UnicodeEncodeError as e:
                 raise ValueError(f"{what}[{i}] (row {i}) is not valid Unicode text: {e.reason} at character "
                                  f"{e.start} ({t[max(0, e.start - 20):e.start + 1]!r})") from None
-        out.append(None if not t or t.isspace() else t)
+        out.append(None if is_null(t) else t)
         if out[-1] is not None:
             checked.add(t)
     return out
