@@ -94,12 +94,9 @@ res["udf_filter"] = {"udf_tok_s": st["requested_tok_s"], "api_tok_s": api["reque
                      "ratio": st["requested_tok_s"] / api["requested_tok_s"]}
 log.info("UDF FILTER: %s", res["udf_filter"])
 na, npart = (2, 20) if smoke else (8, 1000)
-anchors, partners = ww.texts(na, 5000 if not smoke else 300), ww.partners(npart)
-pa_ = [a for a in anchors for _ in partners]
-pp_ = [p for _ in anchors for p in partners]
 for b in (B, 8192):
     anchors, partners = ww.texts(na, 5000 if not smoke else 300), ww.partners(npart)
-    pa_ = [a for a in anchors for _ in partners]
+    pa_, pp_ = [a for a in anchors for _ in partners], [p for _ in anchors for p in partners]
     _, st = pb.timed(eng, dev, lambda: [eng.pairs(pa_[i:i + b], pp_[i:i + b], wl.JOIN_QUESTION)
                                         for i in range(0, len(pa_), b)])
     anchors2 = ww.texts(na, 5000 if not smoke else 300)
