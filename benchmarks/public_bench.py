@@ -212,53 +212,60 @@ def sustained(args, eng, dev, sz, res):
     dump(args, res)
 
 
-def executor(args, eng, dev, sz, res):
-    """The Arrow partition runner (gpu_worker.partition) fed record batches; then the engine calls the Spark
+def executor(args, eng, dev, sz, res, rounds: int = 3):
+    """The Arrow partition runner (gpu_worker.partition) fed record batches, and the engine calls the Spark
     SQL functions' bodies make (quail_spark.executor: quail_chain -> Engine.chain, quail_join ->
-    ai_calls.evaluate) once per Arrow batch of the GPU preset's size. No Spark (none on the GPU machine)."""
+    ai_calls.evaluate) once per Arrow batch of the GPU preset's size; each against the public API on
+    texts of the same sizes. No Spark (none on the GPU machine).
+
+    ``rounds`` rounds; a round times each way once on fresh texts (nothing cached), the order rotated so
+    each way runs first in one round (the first call after another operation pays for the pool's state).
+    A way's figure is its median over the rounds of its throughput over the public API's in that round."""
     w = Words(eng.tokenizer, 31)
-    out = res.setdefault("executor", {})
-    doc = part.Doc(("body",), ("body",))
-    docs = w.texts(sz["filter_docs"], sz["doc_words"])
-    table = pa.table({"id": list(range(len(docs))), "body": docs})
-    spec = part.PipelineSpec((part.Predicate(doc, wl.QUESTION, "s1"),))
-    _, st = timed(eng, dev, lambda: sum(b.num_rows for b in part.run_pipeline(
-        eng, table.to_batches(max_chunksize=256), spec, part.Recorder())))
-    out["FILTER"] = st
-    docs2 = w.texts(sz["filter_docs"], sz["doc_words"])  # fresh documents: nothing cached
-    _, st_api = timed(eng, dev, lambda: eng.filter(docs2, [wl.QUESTION]))
-    out["FILTER public API, fresh documents"] = st_api
-    anchors, partners = w.texts(sz["join_anchors"], sz["anchor_words"]), w.partners(sz["join_partners"])
-    pdoc = part.Doc(("term",), ("term",))
-    plist = pa.array([[{"term": p} for p in partners]] * len(anchors))
-    jt = pa.table({"id": list(range(len(anchors))), "body": anchors, "partners": plist})
-    jspec = part.JoinSpec(doc, pdoc, wl.JOIN_QUESTION, "j1", partners="partners")
-    _, st = timed(eng, dev, lambda: sum(b.num_rows for b in part.run_join_cross(
-        eng, jt.to_batches(max_chunksize=4), jspec, part.Recorder())))
-    out["JOIN"] = st
-    anchors2 = w.texts(sz["join_anchors"], sz["anchor_words"])  # fresh anchors: nothing cached
-    _, st_api = timed(eng, dev, lambda: eng.join(anchors2, partners, wl.JOIN_QUESTION))
-    out["JOIN public API, fresh anchors"] = st_api
     rows = 64 if args.smoke else int(json.loads(PRESET.read_text())["spark.sql.execution.arrow.maxRecordsPerBatch"])
-    docs3 = w.texts(sz["filter_docs"], sz["doc_words"])
-    _, st = timed(eng, dev, lambda: [eng.chain(docs3[i:i + rows], [wl.QUESTION])  # udf_chain, one AI predicate
-                                     for i in range(0, len(docs3), rows)])
-    out["FILTER, SQL function body per Arrow batch"] = dict(st, batch_rows=rows)
+    doc, pdoc = part.Doc(("body",), ("body",)), part.Doc(("term",), ("term",))
+    spec = part.PipelineSpec((part.Predicate(doc, wl.QUESTION, "s1"),))
     call = ai_calls.Call("if", "Does {0} mention {1}?", 2)  # ai_if(template, anchor, partner) of an AI join
-    anchors3 = w.texts(sz["join_anchors"], sz["anchor_words"])
-    pa_, pp_ = [a for a in anchors3 for _ in partners], [p for _ in anchors3 for p in partners]
-    _, st = timed(eng, dev, lambda: [ai_calls.evaluate(eng, call, [pa_[i:i + rows], pp_[i:i + rows]])
-                                     for i in range(0, len(pa_), rows)])  # udf_join: pairs sorted by anchor
-    out["JOIN, SQL function body per Arrow batch"] = dict(st, batch_rows=rows)
-    anchors4 = w.texts(sz["join_anchors"], sz["anchor_words"])
-    _, out["JOIN public API, same question"] = timed(eng, dev, lambda: eng.join(anchors4, partners, call.question))
-    api_of = {"FILTER": "FILTER public API, fresh documents", "JOIN": "JOIN public API, fresh anchors",
-              "FILTER, SQL function body per Arrow batch": "FILTER public API, fresh documents",
-              "JOIN, SQL function body per Arrow batch": "JOIN public API, same question"}
-    for k, a in api_of.items():
-        out[k]["over_public_api"] = out[k]["requested_tok_s"] / out[a]["requested_tok_s"]
-        log.info("EXECUTOR %s: %.0f requested tok/s, %.2f of the public API", k, out[k]["requested_tok_s"],
-                 out[k]["over_public_api"])
+    jspec = part.JoinSpec(doc, pdoc, call.question, "j1", partners="partners")
+    partners = w.partners(sz["join_partners"])
+    plist = pa.array([[{"term": p} for p in partners]] * sz["join_anchors"])
+
+    def filter_ways():
+        return {"FILTER": lambda docs: sum(b.num_rows for b in part.run_pipeline(
+                    eng, pa.table({"id": list(range(len(docs))), "body": docs}).to_batches(max_chunksize=256),
+                    spec, part.Recorder())),
+                "FILTER public API": lambda docs: eng.filter(docs, [wl.QUESTION]),
+                "FILTER, SQL function body per Arrow batch": lambda docs: [  # udf_chain, one AI predicate
+                    eng.chain(docs[i:i + rows], [wl.QUESTION]) for i in range(0, len(docs), rows)]}
+
+    def join_ways():
+        def sql_body(anchors):  # udf_join: the pairs sorted by anchor, an Arrow batch at a time
+            pa_, pp_ = [a for a in anchors for _ in partners], [p for _ in anchors for p in partners]
+            return [ai_calls.evaluate(eng, call, [pa_[i:i + rows], pp_[i:i + rows]])
+                    for i in range(0, len(pa_), rows)]
+        return {"JOIN": lambda anchors: sum(b.num_rows for b in part.run_join_cross(
+                    eng, pa.table({"id": list(range(len(anchors))), "body": anchors, "partners": plist})
+                    .to_batches(max_chunksize=4), jspec, part.Recorder())),
+                "JOIN public API": lambda anchors: eng.join(anchors, partners, call.question),
+                "JOIN, SQL function body per Arrow batch": sql_body}
+
+    out = res.setdefault("executor", {"rounds": rounds, "batch_rows": rows})
+    for ways, texts, api in ((filter_ways(), lambda: w.texts(sz["filter_docs"], sz["doc_words"]), "FILTER public API"),
+                             (join_ways(), lambda: w.texts(sz["join_anchors"], sz["anchor_words"]), "JOIN public API")):
+        names = list(ways)
+        runs = {k: [] for k in names}
+        for r in range(rounds):
+            for k in names[r % len(names):] + names[:r % len(names)]:
+                data = texts()  # fresh texts: nothing cached
+                _, st = timed(eng, dev, lambda: ways[k](data))
+                runs[k].append(st)
+        for k in names:
+            out[k] = {"runs": runs[k], "requested_tok_s": [st["requested_tok_s"] for st in runs[k]]}
+            if k != api:
+                ratios = [a["requested_tok_s"] / b["requested_tok_s"] for a, b in zip(runs[k], runs[api])]
+                out[k].update(over_public_api=ratios, median_over_public_api=float(np.median(ratios)))
+                log.info("EXECUTOR %s: %s of the public API in %d rounds, median %.2f", k,
+                         ", ".join(f"{x:.2f}" for x in ratios), rounds, np.median(ratios))
     dump(args, res)
 
 
