@@ -135,29 +135,40 @@ class Engine(Chunks, Fitting, Passes):
         """
         docs, questions = documents(docs), _strings(questions, "questions")
         self.tree.op += 1
-        toks = self._tokenize(docs)
         out = np.full((len(docs), len(questions)), np.nan)
+        if not questions:
+            return out
         parts = [self.renderer.filter_parts(q) for q in questions]
-        live = [i for i, t in enumerate(toks) if t is not None]
+        toks: list = [None] * len(docs)
         stages = [{"op": "filter", "question": q, "evaluated": 0, "passed": 0} for q in questions]
-        for block in self._blocks(live, toks, parts[0][0]):
-            pins = [self._pin(parts[0][0] + toks[i]) for i in block]
-            try:
-                if not short_circuit:  # every predicate on every document: one call, shared words of
-                    self._chain_all(block, toks, parts, out, stages)  # the questions computed once
-                    continue
-                alive = block
-                for q_i, (head, tail) in enumerate(parts):
-                    reqs = [self._fit(i, head, toks[i], tail) for i in alive]
-                    m = self._margins(self._run(reqs))
-                    out[alive, q_i] = m
-                    stages[q_i]["evaluated"] += len(alive)
-                    stages[q_i]["passed"] += int((m > 0).sum())
-                    if short_circuit:
+        done = []  # the last predicate's runs: nothing waits on them, so each runs on into the next block
+        for lo, chunk in self._chunks(docs, len(parts[0][1])):  # the next chunk is tokenized meanwhile
+            toks[lo:lo + len(chunk)] = chunk
+            live = [i for i in range(lo, lo + len(chunk)) if toks[i] is not None]
+            for block in self._blocks(live, toks, parts[0][0]):
+                pins = [self._pin(parts[0][0] + toks[i]) for i in block]
+                try:
+                    if not short_circuit:  # every predicate on every document: one call, shared words of
+                        self._chain_all(block, toks, parts, out, stages)  # the questions computed once
+                        continue
+                    alive = block
+                    for q_i, (head, tail) in enumerate(parts):
+                        reqs = [self._fit(i, head, toks[i], tail) for i in alive]
+                        if q_i == len(parts) - 1:
+                            done.append(([(i, q_i) for i in alive], self._run(reqs, defer=True)))
+                            break
+                        m = self._margins(self._run(reqs))
+                        out[alive, q_i] = m
+                        stages[q_i]["evaluated"] += len(alive)
+                        stages[q_i]["passed"] += int((m > 0).sum())
                         alive = [i for i, v in zip(alive, m) if v > 0]
-            finally:
-                for node in pins:
-                    self._unpin(node)
+                finally:
+                    for node in pins:
+                        self._unpin(node)
+        if short_circuit:
+            self._collect(out, done)
+            last = out[:, -1][~np.isnan(out[:, -1])]
+            stages[-1].update(evaluated=len(last), passed=int((last > 0).sum()))
         self.stats["stages"].extend(stages)
         return out
 

@@ -41,6 +41,26 @@ def test_filter_over_many_chunks_matches_one_document_at_a_time(eng):
     assert np.allclose(got, fresh.filter(docs, [Q]), atol=1e-5, equal_nan=True)
 
 
+def test_chain_over_many_chunks_matches_one_document_at_a_time(eng):
+    """Chunks of documents tokenized ahead; the last predicate of a block runs on into the next block."""
+    docs = _texts(40, 8, 30, 5)
+    docs[7] = None
+    qs = [Q, "Is it about food?"]
+    assert len(list(eng._chunks(docs, len(eng.renderer.filter_parts(Q)[1])))) >= 3
+    eng.reset_stats()
+    got = eng.chain(docs, qs)
+    assert not eng._in_flight
+    first, second = eng.stats["stages"]
+    want = np.vstack([eng.chain([d], qs) for d in docs])
+    assert np.allclose(got, want, atol=1e-5, equal_nan=True)
+    passed = np.nan_to_num(got[:, 0], nan=-1) > 0
+    assert np.isnan(got[~passed, 1]).all() and not np.isnan(got[passed, 1]).any()  # short circuit
+    assert (first["evaluated"], first["passed"]) == (39, int(passed.sum()))
+    assert (second["evaluated"], second["passed"]) == (int(passed.sum()), int((got[passed, 1] > 0).sum()))
+    one = eng.chain(docs, [Q])[:, 0]
+    assert np.allclose(one, got[:, 0], atol=1e-5, equal_nan=True)
+
+
 def test_join_over_many_chunks_matches_one_anchor_at_a_time(eng):
     anchors = _texts(24, 30, 50, 2)
     partners = ["refund", "cold waiter", "apple pear", None]
@@ -57,10 +77,11 @@ def test_an_error_in_a_later_chunk_leaves_nothing_running(eng):
     docs[-1] = " ".join(["refund"] * (eng.rt.max_position + 10))  # too long: raised in the last chunk
     extra = len(eng.renderer.filter_parts(Q)[1])
     assert len(list(eng._chunks(docs, extra))) >= 3
-    with pytest.raises(PromptTooLong) as e:
-        eng.filter(docs, [Q])
-    assert e.value.row == len(docs) - 1
-    assert not eng._in_flight
+    for op in (lambda: eng.filter(docs, [Q]), lambda: eng.chain(docs, [Q, Q])):
+        with pytest.raises(PromptTooLong) as e:
+            op()
+        assert e.value.row == len(docs) - 1
+        assert not eng._in_flight
     again = eng.filter(docs[:-1], [Q])
     fresh = Engine(EngineConfig(model=MODEL, token_budget=4096))
     assert np.allclose(again, fresh.filter(docs[:-1], [Q]), atol=1e-5)
