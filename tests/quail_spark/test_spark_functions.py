@@ -83,13 +83,40 @@ def test_sql_functions_agree_with_quail_session(spark, installed, qs):
 
 
 @pytest.mark.parametrize("sql, message", [
-    ("SELECT ai_if('Is {0} recent?', year) FROM notes", "must be a string column"),
     ("SELECT ai_if('Is {0} like {1}?', body) FROM notes", "must use placeholders"),
     ("SELECT ai_classify(body, array('only')) FROM notes", "at least 2 labels"),
 ])
 def test_sql_function_errors_name_the_argument(spark, installed, sql, message):
     with pytest.raises(Exception, match=message):
         spark.sql(sql).collect()
+
+
+@pytest.mark.parametrize("rules", ["true", "false"])
+def test_a_non_string_document_fails_analysis_naming_the_argument(spark, installed, rules):
+    """Refused when the query is analyzed (no job runs), with the rules on or off and from the DataFrame API."""
+    from pyspark.errors import AnalysisException
+
+    refused = [("SELECT id FROM notes WHERE ai_if('Is {0} recent?', year)", "ai_if", 2, "year"),
+               ("SELECT ai_score('Is {0} about {1}?', body, year + 1) FROM notes", "ai_score", 3, "year"),
+               ("SELECT ai_classify(year, array('old', 'new')) FROM notes", "ai_classify", 1, "year"),
+               ("SELECT ai_classify('When is {0}?', year, array('old', 'new'), map('selectivity', 0.5)) FROM notes",
+                "ai_classify", 2, "year"),
+               ("SELECT id FROM notes n WHERE EXISTS (SELECT 1 FROM notes m WHERE ai_if('Is {0} old?', m.year))",
+                "ai_if", 2, "year")]
+    spark.conf.set("spark.quail.optimizer.enabled", rules)
+    try:
+        for sql, fn, arg, col in refused:
+            named = rf"{fn}: argument {arg} \(.*\b{col}\b.*\) is INT; .*CAST\(.*\b{col}\b.* AS STRING\)"
+            with pytest.raises(AnalysisException, match=named):
+                spark.sql(sql)
+        with pytest.raises(AnalysisException, match=r"ai_if: argument 2 \(notes\.year\) is INT"):
+            spark.table("notes").filter(ai_if("Is {0} recent?", "year"))
+        for ok in ("SELECT ai_if('Is {0} recent?', CAST(year AS STRING), map('selectivity', 0.5)) FROM notes",
+                   "SELECT ai_classify('When is {0}?', body, array('old', 'new')) FROM notes",
+                   "SELECT ai_score('Is {0} red?', NULL) FROM notes"):
+            spark.sql(ok).schema  # analyzed, not run
+    finally:
+        spark.conf.set("spark.quail.optimizer.enabled", "true")
 
 
 def test_sql_function_prompt_too_long_names_the_row(spark, installed):

@@ -124,3 +124,12 @@ def test_engine_conf_is_checked_on_the_driver():
     assert executor.engine_conf("tiny-llama-random", "cpu", token_budget=64)["token_budget"] == 64
     with pytest.raises(ValueError, match="token_budget"):
         executor.engine_conf(token_budget=1)
+
+
+def test_sql_function_bodies_refuse_a_non_string_document():
+    """The Arrow UDF bodies check types too (a session without the extension's check rule reaches them)."""
+    with pytest.raises(TypeError, match=r"ai_if: argument 2 is a document and must be a string column, got int64"):
+        executor._check_strings("ai_if", pa.array(["Is {0} old?"]), [pa.array([1])])
+    with pytest.raises(ValueError, match=r"the template is NULL in 1 row"):
+        executor._check_strings("ai_if", pa.array([None], pa.string()), [pa.array(["text"])])
+    executor._check_strings("ai_if", pa.array(["Is {0} old?"]), [pa.array([None], pa.null()), pa.array(["x"])])

@@ -14,7 +14,8 @@ import scala.runtime.BoxedUnit;
  * fixed point, before Spark's "Extract Python UDFs" batch, so the rules see the
  * AI functions as {@code PythonUDF} expressions). Every rule is idempotent and
  * a no-op when {@code spark.quail.optimizer.enabled=false}. One analysis rule,
- * {@link QuailHintStruct}, turns map hints into structs on every path.
+ * {@link QuailHintStruct}, turns map hints into structs on every path, and one
+ * check rule, {@link QuailArgTypes}, refuses a non-string document argument by name.
  */
 public class QuailExtensions extends AbstractFunction1<SparkSessionExtensions, BoxedUnit> {
 
@@ -24,7 +25,17 @@ public class QuailExtensions extends AbstractFunction1<SparkSessionExtensions, B
         ext.injectOptimizerRule(new Builder(0));
         ext.injectOptimizerRule(new Builder(1));
         ext.injectOptimizerRule(new Builder(2));
+        ext.injectCheckRule(new CheckBuilder());
         return BoxedUnit.UNIT;
+    }
+
+    /** CheckRuleBuilder (SparkSession => LogicalPlan => Unit). */
+    private static final class CheckBuilder extends AbstractFunction1<SparkSession, scala.Function1<LogicalPlan, BoxedUnit>>
+            implements java.io.Serializable {
+        @Override
+        public scala.Function1<LogicalPlan, BoxedUnit> apply(SparkSession session) {
+            return new QuailArgTypes();
+        }
     }
 
     /** RuleBuilder (SparkSession => Rule): one per rule, so the rules are injected in order. */
