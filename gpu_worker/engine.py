@@ -140,7 +140,6 @@ class Engine(Chunks, Fitting, Passes):
             return out
         parts = [self.renderer.filter_parts(q) for q in questions]
         toks: list = [None] * len(docs)
-        stages = [{"op": "filter", "question": q, "evaluated": 0, "passed": 0} for q in questions]
         done = []  # the last predicate's runs: nothing waits on them, so each runs on into the next block
         for lo, chunk in self._chunks(docs, len(parts[0][1])):  # the next chunk is tokenized meanwhile
             toks[lo:lo + len(chunk)] = chunk
@@ -149,7 +148,7 @@ class Engine(Chunks, Fitting, Passes):
                 pins = [self._pin(parts[0][0] + toks[i]) for i in block]
                 try:
                     if not short_circuit:  # every predicate on every document: one call, shared words of
-                        self._chain_all(block, toks, parts, out, stages)  # the questions computed once
+                        self._chain_all(block, toks, parts, out)  # the questions computed once
                         continue
                     alive = block
                     for q_i, (head, tail) in enumerate(parts):
@@ -159,26 +158,19 @@ class Engine(Chunks, Fitting, Passes):
                             break
                         m = self._margins(self._run(reqs))
                         out[alive, q_i] = m
-                        stages[q_i]["evaluated"] += len(alive)
-                        stages[q_i]["passed"] += int((m > 0).sum())
                         alive = [i for i, v in zip(alive, m) if v > 0]
                 finally:
                     for node in pins:
                         self._unpin(node)
-        if short_circuit:
-            self._collect(out, done)
-            last = out[:, -1][~np.isnan(out[:, -1])]
-            stages[-1].update(evaluated=len(last), passed=int((last > 0).sum()))
-        self.stats["stages"].extend(stages)
+        self._collect(out, done)
+        self._stage("filter", questions, out)  # a predicate's margins are set exactly where it was evaluated
         return out
 
-    def _chain_all(self, block, toks, parts, out, stages):
+    def _chain_all(self, block, toks, parts, out):
         reqs = [self._fit(i, head, toks[i], tail) for head, tail in parts for i in block]
         m = self._margins(self._run(reqs)).reshape(len(parts), len(block))
         for q_i in range(len(parts)):
             out[block, q_i] = m[q_i]
-            stages[q_i]["evaluated"] += len(block)
-            stages[q_i]["passed"] += int((m[q_i] > 0).sum())
 
     @_serialized
     def join(self, anchors, partners, question: str) -> np.ndarray:
