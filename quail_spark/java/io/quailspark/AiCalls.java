@@ -14,6 +14,7 @@ import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.catalyst.util.ArrayData;
 import org.apache.spark.sql.catalyst.util.MapData;
 import org.apache.spark.sql.internal.SQLConf;
+import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.MapType;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.types.StringType;
@@ -95,7 +96,7 @@ final class AiCalls {
         double sel = DEFAULT_SELECTIVITY;
         int end = args.size();
         Expression last = args.get(end - 1);
-        if (last.dataType() instanceof MapType || last.dataType() instanceof StructType) {
+        if (isHint(last.dataType())) {
             if (!last.foldable()) return null;
             Object v = last.eval(null);
             Double hinted = last.dataType() instanceof MapType
@@ -107,6 +108,11 @@ final class AiCalls {
         List<Expression> cols = new ArrayList<>(args.subList(1, end));
         if (cols.isEmpty()) return null;
         return new Predicate(udf, t.toString(), cols, sel);
+    }
+
+    /** The optional last argument of an AI call is a hint: map('selectivity', ...) or its named_struct. */
+    static boolean isHint(DataType t) {
+        return t instanceof MapType || t instanceof StructType;
     }
 
     private static Double hint(Object map, MapType type, String key) {

@@ -10,10 +10,8 @@ import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.types.ArrayType;
 import org.apache.spark.sql.types.CharType;
 import org.apache.spark.sql.types.DataType;
-import org.apache.spark.sql.types.MapType;
 import org.apache.spark.sql.types.NullType;
 import org.apache.spark.sql.types.StringType;
-import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.types.VarcharType;
 import scala.jdk.javaapi.CollectionConverters;
 import scala.runtime.AbstractFunction1;
@@ -60,7 +58,7 @@ final class QuailArgTypes extends AbstractFunction1<LogicalPlan, BoxedUnit> {
         String name = udf.name().toLowerCase(Locale.ROOT);
         List<Expression> args = CollectionConverters.asJava(udf.children());
         int end = args.size();
-        if (end > 0 && isHint(args.get(end - 1).dataType())) end--;
+        if (end > 0 && AiCalls.isHint(args.get(end - 1).dataType())) end--;
         int first = 1;
         if (name.equals("ai_classify")) {
             if (end > 0 && args.get(end - 1).dataType() instanceof ArrayType) end--;  // the labels
@@ -84,10 +82,6 @@ final class QuailArgTypes extends AbstractFunction1<LogicalPlan, BoxedUnit> {
     @SuppressWarnings("unchecked")
     private static <E extends Throwable> E unchecked(Throwable t) throws E {
         throw (E) t;
-    }
-
-    private static boolean isHint(DataType t) {
-        return t instanceof MapType || t instanceof StructType;
     }
 
     private static boolean isText(DataType t) {
