@@ -29,10 +29,20 @@ SOURCES = Path(__file__).parent / "java"
 def spark_conf() -> dict:
     """SparkSession builder settings that enable the quail-spark optimizer rules.
 
+    Spark starts its Python workers with ``PYSPARK_PYTHON`` (``python3`` on
+    PATH when unset), read when the session starts. A notebook kernel or a cron
+    job running a virtual environment's interpreter without activating it would
+    start workers without pyarrow or quail_spark, so unless ``PYSPARK_PYTHON`` is
+    set (spark-submit sets it from ``spark.pyspark.python``), this sets it to the
+    interpreter running this code. Set it yourself before the session starts
+    when the workers need another one (a cluster whose executors have their own).
+
     Returns
     -------
     dict
-        ``{"spark.jars": <path of the built jar>, "spark.sql.extensions": "io.quailspark.QuailExtensions"}``
+        ``spark.jars`` (the built jar), ``spark.sql.extensions``
+        (``io.quailspark.QuailExtensions``) and ``spark.pyspark.python`` (the
+        interpreter the Python workers run).
 
     Examples
     --------
@@ -43,7 +53,17 @@ def spark_conf() -> dict:
     ...     builder = builder.config(k, v)
     >>> spark = builder.getOrCreate()                    # doctest: +SKIP
     """
-    return {"spark.jars": str(jar_path()), "spark.sql.extensions": EXTENSION_CLASS}
+    return {"spark.jars": str(jar_path()), "spark.sql.extensions": EXTENSION_CLASS,
+            "spark.pyspark.python": worker_python()}
+
+
+def worker_python() -> str:
+    """The Python workers' interpreter: ``PYSPARK_PYTHON`` if set, else this one (and it is set to it).
+
+    Classic sessions read the variable when their SparkContext starts, Spark Connect's local
+    server when it starts; both start after this call in the builder pattern above.
+    """
+    return os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 
 def jar_path() -> Path:
