@@ -17,10 +17,11 @@ Importing this package loads neither torch nor a model.
 
 >>> import quail_spark
 >>> sorted(quail_spark.__all__)
-['QuailSession', 'ai_classify', 'ai_if', 'ai_score', 'install', 'metrics', 'spark_conf']
+['QuailSession', 'ai_classify', 'ai_if', 'ai_score', 'evaluate', 'install', 'metrics', 'spark_conf']
 """
 from __future__ import annotations
 
+from quail_spark.evaluate import evaluate  # the function; the module stays quail_spark.evaluate in sys.modules
 from quail_spark.extension import spark_conf
 from quail_spark.functions import ai_classify, ai_if, ai_score, install
 from quail_spark.metrics import metrics
@@ -34,4 +35,4 @@ def __getattr__(name):
     raise AttributeError(f"module 'quail_spark' has no attribute {name!r}")
 
 
-__all__ = ["QuailSession", "ai_classify", "ai_if", "ai_score", "install", "metrics", "spark_conf"]
+__all__ = ["QuailSession", "ai_classify", "ai_if", "ai_score", "evaluate", "install", "metrics", "spark_conf"]

@@ -28,6 +28,9 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--progress-every", type=float, default=10.0, metavar="S",
                    help="seconds between progress lines (default 10)")
     e.add_argument("--progress-dir", default=None, help="keep the executors' progress records here")
+    from quail_spark import eval_command
+
+    eval_command.add_parser(sub)  # quail-spark eval SPEC
     return p
 
 
@@ -84,6 +87,8 @@ def main(argv=None) -> int:
     args = parser().parse_args(argv)
     if args.command == "enrich":
         return enrich(args)
+    if args.command == "eval":
+        return args.run(args)
     return 2
 
 

@@ -68,16 +68,12 @@ def install(spark, model: str = "smollm2-135m", device: str = "cpu", **engine_co
     ...     .createOrReplaceTempView("notes")                      # doctest: +SKIP
     >>> spark.sql("SELECT id, ai_score('Is {0} a complaint?', body) AS p FROM notes").show()  # doctest: +SKIP
     """
-    from pyspark.sql.functions import arrow_udf
-
     conf = executor.engine_conf(model, executor.session_device(spark, device), **engine_conf)
     run = {"metrics_dir": session_dir(spark)}
     out = {}
     for table, deterministic in ((FUNCTIONS, True), (INTERNAL, False)):
-        for name, (return_type, body) in table.items():
-            fn = functools.partial(body, conf, run)
-            fn.__name__ = name  # the name Spark shows in plans
-            udf = arrow_udf(fn, return_type)
+        for name in table:
+            udf = arrow_function(name, conf, run)
             out[name] = spark.udf.register(name, udf if deterministic else udf.asNondeterministic())
     if not extension_enabled(spark):
         warnings.warn(
@@ -86,6 +82,20 @@ def install(spark, model: str = "smollm2-135m", device: str = "cpu", **engine_co
             "quail_spark.spark_conf(): for k, v in quail_spark.spark_conf().items(): "
             "builder = builder.config(k, v)", stacklevel=2)
     return out
+
+
+def arrow_function(name: str, conf: dict, run: dict, shown_as: str | None = None):
+    """The Arrow UDF of AI function ``name`` for engine ``conf``, unregistered.
+
+    ``shown_as`` names it in plans instead of ``name``: a name the optimizer rules do not
+    read as an AI call, for a column whose engine differs from the session's functions'.
+    """
+    from pyspark.sql.functions import arrow_udf
+
+    return_type, body = {**FUNCTIONS, **INTERNAL}[name]
+    fn = functools.partial(body, conf, run)
+    fn.__name__ = shown_as or name  # the name Spark shows in plans
+    return arrow_udf(fn, return_type)
 
 
 def extension_enabled(spark) -> bool:

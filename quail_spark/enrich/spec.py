@@ -102,6 +102,11 @@ def _digest(obj) -> str:
 
 def load_spec(path: str) -> Spec:
     """Read and check a spec file (.json, or .yaml/.yml when PyYAML is installed)."""
+    return parse_spec(read_file(path), base_dir=os.path.dirname(os.path.abspath(path)))
+
+
+def read_file(path: str):
+    """The mapping in a spec file (.json, or .yaml/.yml when PyYAML is installed), unchecked."""
     p = Path(path)
     text = p.read_text()
     if p.suffix.lower() in (".yaml", ".yml"):
@@ -116,7 +121,7 @@ def load_spec(path: str) -> Spec:
             raw = json.loads(text)
         except json.JSONDecodeError as e:
             raise SpecError(f"{path}: not valid JSON ({e})") from None
-    return parse_spec(raw, base_dir=os.path.dirname(os.path.abspath(p)))
+    return raw
 
 
 def parse_spec(raw, base_dir: str = ".") -> Spec:
