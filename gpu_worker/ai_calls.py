@@ -9,9 +9,18 @@ answer on every path. Never imports pyspark.
 Rendering of ``template`` over column values (``{i}`` is the i-th column):
 
 - one column: the filter layout; ``{0}`` reads "the document";
-- two or more: the join layout; column 0 is the DOCUMENT whose KV is shared
-  (a join's anchor), columns 1.. form DOCUMENT 2 (DOCUMENT 3 ... follow it
-  inside the partner segment); ``{0}`` reads "DOCUMENT", ``{i}`` "DOCUMENT i+1".
+- two or more: the join layout; the first placed column is the DOCUMENT whose
+  KV is shared (a join's anchor), the others form DOCUMENT 2 (DOCUMENT 3 ...
+  follow it inside the partner segment); each placeholder reads the name of its
+  column's place ("DOCUMENT", "DOCUMENT 2", ...).
+
+Placement of a two-column call (:meth:`Call.order`): the column the ``anchor``
+hint names (``Call.anchor``, an argument position) first; else the longer of
+the row's two values (characters; a tie keeps template order). So
+``ai_if('Is {0} mentioned in {1}?', term, body)`` and ``ai_if('Does {1}
+mention {0}?', body, term)`` put the body first, and the prompt of a pair
+depends only on the call and the row, never on a plan. Three or more columns
+keep template order.
 
 NULL rule: a row whose referenced column is NULL, empty or whitespace-only in
 any column gives NULL (a filter drops the row, a join drops the pair) and is
@@ -54,6 +63,7 @@ class Call:
     template: str
     n_cols: int
     labels: tuple = ()
+    anchor: int | None = None  # argument position placed first (the `anchor` hint), two columns only
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -70,23 +80,43 @@ class Call:
                     f"found {sorted(used) or 'none'}")
         if self.kind == "classify" and len(self.labels) < 2:
             raise ValueError(f"ai_classify: expected at least 2 labels, got {list(self.labels)}")
+        if self.anchor is not None and (self.n_cols != 2 or self.anchor not in (0, 1)):
+            raise ValueError(f"ai_{self.kind}: the anchor hint names column argument {self.anchor + 1}; "
+                             f"expected 1 or 2 of a call with two column arguments (it has {self.n_cols})")
+
+    def order(self, values) -> tuple:
+        """Column positions in prompt order for one row: with two columns the anchor's first,
+        else the longer value's (a tie keeps template order).
+
+        >>> Call("if", "Is {0} in {1}?", 2).order(["cat", "The cat sat."])
+        (1, 0)
+        """
+        if self.n_cols != 2:
+            return tuple(range(self.n_cols))
+        first = self.anchor if self.anchor is not None else int(len(values[1]) > len(values[0]))
+        return (first, 1 - first)
+
+    def question_for(self, order) -> str:
+        """The template's text with each placeholder replaced by the name of its column's place."""
+        if self.kind == "classify" and self.template.strip() == "{0}":
+            return DEFAULT_INSTRUCTION
+        place = {col: i for i, col in enumerate(order)}
+        return PLACEHOLDER.sub(lambda m: doc_name(place[int(m.group(1))], self.n_cols), self.template)
 
     @property
     def question(self) -> str:
-        """The template's text with each placeholder replaced by its document's name."""
-        if self.kind == "classify" and self.template.strip() == "{0}":
-            return DEFAULT_INSTRUCTION
-        return PLACEHOLDER.sub(lambda m: doc_name(int(m.group(1)), self.n_cols), self.template)
+        """The question with the columns in template order (one column: "the document")."""
+        return self.question_for(range(self.n_cols))
 
     def partner_text(self, values) -> str:
-        """DOCUMENT 2 (and following) of a multi-column row: the join's partner segment."""
+        """DOCUMENT 2 (and following) of a multi-column row already in prompt order."""
         out = values[1]
         for i in range(2, self.n_cols):
             out += f"\n\nDOCUMENT {i + 1}:\n{values[i]}"
         return out
 
     def classify_text(self, values) -> str:
-        """The document of a multi-column ai_classify row."""
+        """The document of a multi-column ai_classify row already in prompt order."""
         return values[0] if self.n_cols == 1 else values[0] + "\n\nDOCUMENT 2:\n" + self.partner_text(values)
 
 
@@ -94,11 +124,13 @@ def render(eng, call: Call, values) -> list[int]:
     """The exact prompt ids of one row (a row that is NULL by the rule raises)."""
     if any(is_null(v) for v in values):
         raise ValueError("a NULL, empty or whitespace-only value is not rendered: its result is NULL")
+    order = call.order(values)
+    values, question = [values[i] for i in order], call.question_for(order)
     if call.kind == "classify":
-        return eng.render_classify(call.classify_text(values), list(call.labels), call.question)
+        return eng.render_classify(call.classify_text(values), list(call.labels), question)
     if call.n_cols == 1:
-        return eng.render_filter(values[0], call.question)
-    return eng.render_join(values[0], call.partner_text(values), call.question)
+        return eng.render_filter(values[0], question)
+    return eng.render_join(values[0], call.partner_text(values), question)
 
 
 def evaluate(eng, call: Call, columns, errors: list | None = None, where=str) -> list:
@@ -141,15 +173,32 @@ def _too_long(place: str, e: PromptTooLong) -> ValueError:
 
 
 def _margins_or_labels(eng, call: Call, columns, rows) -> list:
-    vals = [[col[r] for r in rows] for col in columns]
+    """Results of ``rows``, evaluated per placement of the columns (one question each)."""
+    by_order: dict = {}
+    for i, r in enumerate(rows):
+        by_order.setdefault(call.order([col[r] for col in columns]), []).append(i)
+    out: list = [None] * len(rows)
+    for order, idx in by_order.items():
+        try:
+            got = _placed(eng, call, order, [[columns[c][rows[i]] for i in idx] for c in order])
+        except PromptTooLong as e:
+            raise PromptTooLong(idx[e.row], e.n_tokens, e.limit) from None
+        for i, x in zip(idx, got):
+            out[i] = x
+    return out
+
+
+def _placed(eng, call: Call, order, vals) -> list:
+    """Results of rows whose columns ``vals`` are already in prompt ``order``."""
+    question = call.question_for(order)
     if call.kind == "classify":
         docs = [call.classify_text(v) for v in zip(*vals)]
-        idx, _ = eng.classify(docs, list(call.labels), call.question)
+        idx, _ = eng.classify(docs, list(call.labels), question)
         return [call.labels[k] if k >= 0 else None for k in idx]
     if call.n_cols == 1:
-        m = eng.filter(vals[0], [call.question])[:, 0]
+        m = eng.filter(vals[0], [question])[:, 0]
     else:
-        m = _pair_margins(eng, vals[0], [call.partner_text(v) for v in zip(*vals)], call.question)
+        m = _pair_margins(eng, vals[0], [call.partner_text(v) for v in zip(*vals)], question)
     if call.kind == "if":
         return [bool(x > 0) for x in m]
     return [float(1.0 / (1.0 + np.exp(-x))) for x in m]

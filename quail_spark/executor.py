@@ -180,17 +180,19 @@ def udf_chain(conf, run, spec, doc):
 
 
 def udf_join(conf, run, spec, *cols):
-    """Arrow UDF body of the internal ``quail_join(spec, anchor, partner[, ...])`` made by the join rule.
+    """Arrow UDF body of the internal ``quail_join(spec, col0, col1[, ...])`` made by the join rule.
 
-    ``spec`` is JSON ``{"template": ..., "selectivity": ...}``; the pairs
-    arrive sorted by anchor. The answer of ``ai_if(template, anchor, partner...)``.
+    ``spec`` is JSON ``{"template": ..., "anchor_arg": ..., ...}`` (``anchor_arg``: the
+    column the anchor hint names, else absent); the pairs arrive sorted by the
+    document placed first. The answer of ``ai_if(template, col0, col1...)``.
     """
     import json
 
     from gpu_worker.ai_calls import Call, evaluate
 
     _check_strings("quail_join", spec, cols)
-    call = Call("if", json.loads(spec[0].as_py())["template"], len(cols))
+    s = json.loads(spec[0].as_py())
+    call = Call("if", s["template"], len(cols), anchor=s.get("anchor_arg"))
     rows = list(range(len(spec)))
     with _metered(conf, run) as eng:
         got = evaluate(eng, call, [c.to_pylist() for c in cols],
@@ -202,6 +204,7 @@ def _per_template(conf, run, kind: str, args) -> list:
     from gpu_worker.ai_calls import Call, evaluate
 
     fn = f"ai_{kind}"
+    anchor = _anchor_arg(args)
     args = _strip_hint(args)
     if len(args) < 2:
         raise TypeError(f"{fn} expected (template, column[, column ...][, map hint]), got {len(args)} argument(s)")
@@ -211,7 +214,7 @@ def _per_template(conf, run, kind: str, args) -> list:
     out = [None] * len(template)
     with _metered(conf, run) as eng:
         for text, rows in _groups(template.to_pylist()).items():
-            got = evaluate(eng, Call(kind, text, len(cols)), [[v[r] for r in rows] for v in values],
+            got = evaluate(eng, Call(kind, text, len(cols), anchor=anchor), [[v[r] for r in rows] for v in values],
                            where=_where(fn, rows, len(cols)))
             for r, x in zip(rows, got):
                 out[r] = x
@@ -246,6 +249,15 @@ def _where(fn: str, rows, n_cols: int = 1):
     p = ctx.partitionId() if ctx is not None else 0
     cols = "column 'argument 2'" if n_cols == 1 else f"columns 'argument 2'..'argument {n_cols + 1}'"
     return lambda i: f"{fn}: row {rows[i]} of an Arrow batch of partition {p} (document {cols})"
+
+
+def _anchor_arg(args):
+    """The column position the ``anchor`` hint names (``anchor_arg``, resolved by the analyzer), or None."""
+    hint = args[-1] if args else None
+    if hint is None or not pa.types.is_struct(hint.type) or hint.type.get_field_index("anchor_arg") < 0:
+        return None
+    values = hint.field("anchor_arg")
+    return int(values[0].as_py()) if len(values) and values[0].is_valid else None
 
 
 def _strip_hint(args):

@@ -19,9 +19,10 @@ optimizer and never changes an answer):
     The most likely label.
 
 NULL, empty or whitespace-only text in any referenced column gives NULL (a
-filter drops the row, a join drops the pair). With several columns, column 0
-is the DOCUMENT whose KV is shared (a join's anchor) and ``{i}`` reads
-"DOCUMENT i+1" (see :mod:`gpu_worker.ai_calls`).
+filter drops the row, a join drops the pair). With several columns, the
+document placed first is the DOCUMENT whose KV is shared (a join's anchor): of
+two, the column the ``anchor`` hint names, else the row's longer value
+(see :mod:`gpu_worker.ai_calls`).
 """
 from __future__ import annotations
 
@@ -68,8 +69,12 @@ def install(spark, model: str = "smollm2-135m", device: str = "cpu", **engine_co
     ...     .createOrReplaceTempView("notes")                      # doctest: +SKIP
     >>> spark.sql("SELECT id, ai_score('Is {0} a complaint?', body) AS p FROM notes").show()  # doctest: +SKIP
     """
+    from quail_spark.cost import session_conf
+
     conf = executor.engine_conf(model, executor.session_device(spark, device), **engine_conf)
     run = {"metrics_dir": session_dir(spark)}
+    for k, v in session_conf(model, conf["device"]).items():  # the shape the rules' cost model prices
+        spark.conf.set(k, v)
     out = {}
     for table, deterministic in ((FUNCTIONS, True), (INTERNAL, False)):
         for name in table:

@@ -7,8 +7,9 @@ of the extension rewrite its AI parts (docs/architecture.md). So a query gives
 the same rows through ``spark.sql``, the DataFrame API and QuailSession, and
 any query Spark SQL accepts works here. Nothing runs before an action.
 
-A :class:`Query` explains itself (Spark's optimized plan plus our filter order,
-join anchors and speed-of-light estimate, :mod:`quail_spark.explain`), runs,
+A :class:`Query` explains itself (Spark's optimized plan plus the estimates the
+rules' cost model wrote into it: filter order, join anchors, speed-of-light
+cost, :mod:`quail_spark.explain`), runs,
 and reports what the engines computed for it: the difference of
 ``quail_spark.metrics(spark)`` around the action, which needs no driver-side
 Python state and so works under Spark Connect too.
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import time
 
-from quail_spark import cost as C
 from quail_spark.dialect import AICall, to_spark
 
 
@@ -55,7 +55,6 @@ class QuailSession:
         self.spark = spark
         self.model, self.device = model, device
         self.functions = quail_spark.install(spark, model=model, device=device, **engine_conf)
-        self.cost_model = C.cost_model_for(model, device)
 
     def sql(self, text: str, dialect: str | None = None) -> "Query":
         """The query ``text`` (Spark SQL, or ``dialect`` 'bigquery' / 'snowflake'; None detects
@@ -122,16 +121,17 @@ class Query:
         self._report = None
         self._wall = None
 
-    def explain(self, print_it: bool = True, doc_tokens=None) -> str:
-        """Spark's optimized plan (with the rules' rewrites) and physical plan, the AI filter
-        order, the AI join anchors and the SoL estimate; runs no Spark job.
-
-        ``doc_tokens``: tokens of the document columns, an int or {column: tokens}
-        (Spark's statistics have no text lengths; default 300).
-        """
+    def explain(self, print_it: bool = True) -> str:
+        """Spark's optimized plan (with the rules' rewrites) and physical plan, then the estimates
+        the plan carries: the AI filter order with ranks, the AI join anchors, their costs and
+        the SoL total (the rules' cost model; document tokens from Spark's column statistics,
+        a ``tokens`` hint, or a default); runs no Spark job."""
+        from quail_spark.cost import CONF
         from quail_spark.explain import explain_text
 
-        text = explain_text(self._df, self.calls, self.session.cost_model, doc_tokens)
+        conf = self.session.spark.conf
+        model = f"{conf.get(CONF + 'name', self.session.model)} at {float(conf.get(CONF + 'rate', '0')) / 1e12:g} TFLOP/s"
+        text = explain_text(self._df, self.calls, model)
         if print_it:
             print(text)
         return text

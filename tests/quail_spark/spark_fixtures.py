@@ -21,6 +21,7 @@ TERMS = [  # tid, term, kind
     (1, "a dog", "life"), (2, "a phone", "shop"), (3, "football", "life"), (4, "a kitchen", "shop"),
     (5, "programming", "code"), (6, "a cat", "life"), (7, "money", "shop"), (8, "the weather", "life"),
 ]
+CATS = [(1, "pets"), (2, "shopping"), (3, "sports"), (4, "code")]  # cid, cat
 UNCERTAIN = 1e-2  # naive |margin| below this: float rounding may flip the answer
 
 

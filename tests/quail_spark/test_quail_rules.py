@@ -1,144 +1,124 @@
-"""The optimizer rules of the Spark extension (io.quailspark, quail_spark/java): one small
-before/after plan per behaviour, rules on vs off (``spark.quail.optimizer.enabled``).
-
-The plans are read from ``explain(mode="extended")``; no AI function is evaluated here.
-"""
+"""The rules of the Spark extension (io.quailspark, quail_spark/java): golden before/after plans per
+rule and case (tests/quail_spark/golden/<rule>/<case>.txt, checked by golden.check; rewrite them with
+QUAIL_UPDATE_GOLDEN=1), plus what the plans' specs say. No AI function is evaluated here except in
+the last test."""
 from __future__ import annotations
-
-import contextlib
-import io
-import json
-import re
 
 import pytest
 
 import quail_spark
+from golden import check, sections
+from quail_spark.explain import planned_calls
+from spark_fixtures import CATS
 
 CHAIN = ("SELECT id FROM notes WHERE ai_if('Is {0} a complaint?', body) AND year > 2019 "
          "AND ai_if('Is {0} about a pet?', body, map('selectivity', 0.1))")
 JOIN = "SELECT n.id, t.tid FROM notes n JOIN terms t ON ai_if('Does {0} mention {1}?', n.body, t.term)"
+SHORT_FIRST = "SELECT n.id, t.tid FROM notes n JOIN terms t ON ai_if('Is {0} mentioned in {1}?', t.term, n.body)"
+MIXED_HINT = ("SELECT id FROM notes WHERE ai_if('Is {0} a complaint?', body, "
+              "map('selectivity', 0.25, 'anchor', 'n')) AND ai_if('Is {0} about a pet?', body, map('selectivity', 0.1))")
+ANCHOR_HINT = ("SELECT n.id, t.tid FROM notes n JOIN terms t "
+               "ON ai_if('Is {0} mentioned in {1}?', t.term, n.body, map('anchor', 't'))")
+THREE_WAY = ("SELECT n.id, t.tid, c.cid FROM notes n "
+             "JOIN terms t ON ai_if('Does {0} mention {1}?', n.body, t.term, map('selectivity', 0.9)) "
+             "JOIN cats c ON ai_if('Is {0} about {1}?', n.body, c.cat, map('selectivity', 0.1))")
+
+CASES = [  # (rule, case, query)
+    ("filter_chain", "fuse_and_order_by_rank", CHAIN),
+    ("filter_chain", "one_chain_per_document",
+     "SELECT id FROM notes WHERE ai_if('Is {0} rude?', body) AND ai_if('Is {0} a shop?', kind) "
+     "AND ai_if('Is {0} long?', body)"),
+    ("filter_chain", "inside_a_cte",
+     "WITH c AS (SELECT id, body FROM notes WHERE ai_if('Is {0} rude?', body) AND ai_if('Is {0} long?', body)) "
+     "SELECT count(*) FROM c"),
+    ("filter_chain", "inside_an_in_subquery",
+     "SELECT tid FROM terms WHERE tid IN (SELECT id FROM notes WHERE ai_if('Is {0} rude?', body) "
+     "AND ai_if('Is {0} long?', body))"),
+    ("filter_chain", "mixed_type_hint", MIXED_HINT),
+    ("local_sort", "survives_an_aggregate",
+     "SELECT count(*) FROM notes WHERE ai_if('Is {0} rude?', body) AND ai_if('Is {0} long?', body)"),
+    ("ai_join", "partners_broadcast", JOIN),
+    ("ai_join", "short_side_first", SHORT_FIRST),
+    ("ai_join", "anchor_hint", ANCHOR_HINT),
+    ("ai_join_order", "selective_join_first", THREE_WAY),
+    ("ai_join", "equality_stays_a_hash_join",
+     "SELECT n.id, t.tid FROM notes n JOIN terms t ON n.kind = t.kind AND ai_if('Does {0} mention {1}?', n.body, t.term)"),
+]
+ANALYSIS_CASES = [
+    ("hint_struct", "map_of_mixed_types", MIXED_HINT),
+    ("anchor_hint", "alias_to_argument_position", ANCHOR_HINT),
+    ("anchor_hint", "column_name_to_argument_position",
+     "SELECT n.id, t.tid FROM notes n JOIN terms t ON ai_if('Is {0} in {1}?', t.term, n.body, map('anchor', 'body'))"),
+]
 
 
 @pytest.fixture(scope="module")
 def rules(spark, tables):
     quail_spark.install(spark, model="tiny-llama-random", device="cpu", kv_pool_tokens=4096)
+    spark.createDataFrame(CATS, "cid int, cat string").createOrReplaceTempView("cats")
     yield spark
     spark.conf.set("spark.quail.optimizer.enabled", "true")
 
 
-def plans(spark, sql: str, on: bool = True) -> tuple[str, str]:
-    """(optimized logical plan, physical plan) of ``sql`` with the rules on or off."""
-    spark.conf.set("spark.quail.optimizer.enabled", str(on).lower())
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        spark.sql(sql).explain(mode="extended")
-    text = out.getvalue()
-    logical = text.split("== Optimized Logical Plan ==")[1].split("== Physical Plan ==")[0]
-    return logical, text.split("== Physical Plan ==")[1]
+@pytest.mark.parametrize("rule, case, sql", CASES, ids=[f"{r}/{c}" for r, c, _ in CASES])
+def test_golden_plans(rules, rule, case, sql):
+    check(rules, rule, case, sql)
 
 
-def line_of(plan: str, pattern: str) -> int:
-    """Index of the first plan line matching ``pattern`` (lower = nearer the root)."""
-    return next(i for i, line in enumerate(plan.splitlines()) if re.search(pattern, line))
+@pytest.mark.parametrize("rule, case, sql", ANALYSIS_CASES, ids=[f"{r}/{c}" for r, c, _ in ANALYSIS_CASES])
+def test_golden_analysis(rules, rule, case, sql):
+    check(rules, rule, case, sql, analysis=True)
 
 
-def chain_templates(plan: str) -> list[list[str]]:
-    """The templates of each quail_chain call of a plan, in evaluation order."""
-    specs = re.findall(r"quail_chain\((\{.*?\]\})", plan)
-    return [[c["template"] for c in json.loads(s)["calls"]] for s in specs]
+def specs(spark, sql: str) -> list:
+    return planned_calls("== Optimized Logical Plan ==\n" + sections(spark, sql, True)["Optimized Logical Plan"])
 
 
-def test_filter_chain_fuses_and_orders_by_rank(rules):
-    off, _ = plans(rules, CHAIN, on=False)
-    on, _ = plans(rules, CHAIN)
-    assert "quail_chain" not in off and off.count("ai_if(") == 2
-    assert "ai_if(" not in on
-    # rank = len(template) / (1 - selectivity): the hinted 0.1 predicate first
-    assert chain_templates(on) == [["Is {0} about a pet?", "Is {0} a complaint?"]]
+def test_chain_order_follows_the_ranks_it_carries(rules):
+    (kind, spec), = specs(rules, CHAIN)
+    assert kind == "chain" and [c["template"] for c in spec["calls"]] == ["Is {0} about a pet?", "Is {0} a complaint?"]
+    ranks = [c["rank"] for c in spec["calls"]]
+    assert ranks == sorted(ranks)
+    assert [c["selectivity_source"] for c in spec["calls"]] == ["hint", "default"]
+    assert spec["calls"][1]["evaluated"] == pytest.approx(spec["calls"][0]["evaluated"] * 0.1)
 
 
-def test_relational_conjuncts_below_the_chain(rules):
-    on, _ = plans(rules, CHAIN)
-    assert line_of(on, r"year#\d+ > 2019") > line_of(on, "quail_chain")
+def test_a_long_question_runs_after_a_short_one_of_equal_selectivity(rules):
+    long_q = "Does {0} describe, in any way at all and with any wording whatsoever, a defect of a product?"
+    (_, spec), = specs(rules, f"SELECT id FROM notes WHERE ai_if('{long_q}', body) AND ai_if('Is {{0}} rude?', body)")
+    assert [c["template"] for c in spec["calls"]] == ["Is {0} rude?", long_q]
 
 
-def test_one_chain_per_document_column(rules):
-    sql = ("SELECT id FROM notes WHERE ai_if('Is {0} rude?', body) AND ai_if('Is {0} a shop?', kind) "
-           "AND ai_if('Is {0} long?', body)")
-    assert sorted(map(len, chain_templates(plans(rules, sql)[0]))) == [1, 2]
+@pytest.mark.parametrize("sql", [JOIN, SHORT_FIRST])
+def test_join_anchor_is_priced_both_ways(rules, sql):
+    (kind, spec), = specs(rules, sql)
+    costs = [s["cost_as_anchor"]["seconds"] for s in spec["sides"]]
+    chosen = next(s for s in spec["sides"] if s["column"] == spec["anchor"])
+    assert kind == "join" and spec["why"] == "cost model" and chosen["cost_as_anchor"]["seconds"] == min(costs)
 
 
-def test_local_sort_under_the_chain(rules):
-    off, _ = plans(rules, CHAIN, on=False)
-    on, physical = plans(rules, CHAIN)
-    assert "Sort" not in off
-    assert line_of(on, r"Sort \[body#\d+ ASC NULLS FIRST\], false") == line_of(on, "quail_chain") + 1
-    assert re.search(r"Sort \[body#\d+ ASC NULLS FIRST\], false", physical)
+def test_the_selective_ai_join_runs_first_and_both_orders_are_priced(rules):
+    (_, inner), (_, outer) = specs(rules, THREE_WAY)  # evaluation order: the deeper join first
+    assert inner["template"] == "Is {0} about {1}?" and outer["template"] == "Does {0} mention {1}?"
+    order = inner["join_order"]
+    assert order == outer["join_order"] and order["chosen"] == ["n", "c", "t"] and order["written"] == ["n", "t", "c"]
+    assert order["seconds"] < order["written_seconds"]
 
 
-def test_local_sort_survives_an_aggregate(rules):
-    sql = "SELECT count(*) FROM notes WHERE ai_if('Is {0} rude?', body) AND ai_if('Is {0} long?', body)"
-    on, physical = plans(rules, sql)
-    assert on.lstrip().startswith("Aggregate") and re.search(r"Sort \[body#\d+ ASC NULLS FIRST\], false", physical)
+def test_anchor_hint_forces_the_side(rules):
+    (_, spec), = specs(rules, ANCHOR_HINT)
+    assert spec["why"] == "hint" and spec["anchor"] == "t.term" and spec["anchor_arg"] == 0
 
 
-def test_rules_reach_ctes_and_subqueries(rules):
-    cte = ("WITH c AS (SELECT id, body FROM notes WHERE ai_if('Is {0} rude?', body) AND ai_if('Is {0} long?', body)) "
-           "SELECT count(*) FROM c")
-    sub = ("SELECT tid FROM terms WHERE tid IN (SELECT id FROM notes WHERE ai_if('Is {0} rude?', body) "
-           "AND ai_if('Is {0} long?', body))")
-    assert chain_templates(plans(rules, cte)[0]) == [["Is {0} rude?", "Is {0} long?"]]  # equal ranks: as written
-    assert len(chain_templates(plans(rules, sub)[0])) == 1
+def test_an_anchor_hint_naming_no_column_fails_analysis(rules):
+    from pyspark.errors import AnalysisException
 
-
-def test_ai_join_anchor_by_anchor_with_partners_broadcast(rules):
-    off, off_physical = plans(rules, JOIN, on=False)
-    on, physical = plans(rules, JOIN)
-    assert "CartesianProduct" in off_physical and "quail_join" not in off
-    assert "CartesianProduct" not in physical and "BroadcastNestedLoopJoin" in physical
-    assert line_of(on, r"Sort \[body#\d+ ASC NULLS FIRST\], false") == line_of(on, "quail_join") + 1
-    assert line_of(on, "Join Inner") > line_of(on, "Sort")
-
-
-def test_anchor_column_is_the_template_document_whichever_side(rules):
-    """{0} (term here) stays the DOCUMENT: the pairs are sorted by it, the prompt is unchanged."""
-    sql = "SELECT n.id, t.tid FROM notes n JOIN terms t ON ai_if('Is {0} in {1}?', t.term, n.body)"
-    on, _ = plans(rules, sql)
-    assert re.search(r"quail_join\(.*Is \{0\} in \{1\}\?.*, term#\d+, body#\d+\)", on)
-    assert re.search(r"Sort \[term#\d+ ASC NULLS FIRST\], false", on)
-
-
-def test_equality_conjuncts_stay_a_hash_join(rules):
-    sql = ("SELECT n.id, t.tid FROM notes n JOIN terms t "
-           "ON n.kind = t.kind AND ai_if('Does {0} mention {1}?', n.body, t.term)")
-    on, physical = plans(rules, sql)
-    assert re.search(r"Join Inner, \(kind#\d+ = kind#\d+\)", on) and "quail_join" in on
-    assert re.search(r"(SortMerge|BroadcastHash|ShuffledHash)Join", physical)
-
-
-def test_rules_off_leave_the_plan_to_spark(rules):
-    for sql in (CHAIN, JOIN):
-        off, _ = plans(rules, sql, on=False)
-        assert "quail_" not in off
-
-
-MIXED_HINT = ("SELECT id FROM notes WHERE ai_if('Is {0} a complaint?', body, "
-              "map('selectivity', 0.25, 'anchor', 'n')) AND ai_if('Is {0} about a pet?', body, map('selectivity', 0.1))")
+    with pytest.raises(AnalysisException, match=r"anchor hint 'x' names none of its columns \(t.term, n.body\)"):
+        rules.sql("SELECT n.id FROM notes n JOIN terms t ON ai_if('Is {0} in {1}?', t.term, n.body, "
+                  "map('anchor', 'x'))").collect()
 
 
 @pytest.mark.parametrize("on", [True, False])
-def test_a_map_hint_of_mixed_types_becomes_a_struct_on_every_path(rules, on):
-    """Spark gives a map one value type (it would cast 'n' to DOUBLE and fail while folding):
-    the analysis rule keeps each literal as written, with the optimizer rules on or off."""
-    logical, _ = plans(rules, MIXED_HINT, on=on)
-    assert "map(" not in logical
-    if on:  # the hints, read from the struct, order the fused chain
-        assert chain_templates(logical) == [["Is {0} about a pet?", "Is {0} a complaint?"]]
-        assert '"selectivity": 0.25' in logical
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        rules.sql(MIXED_HINT).explain(mode="extended")
-    analyzed = out.getvalue().split("== Analyzed Logical Plan ==")[1].split("== Optimized Logical Plan ==")[0]
-    assert "named_struct(selectivity, 0.25, anchor, n)" in analyzed and "map(" not in analyzed
+def test_a_mixed_type_hint_runs_on_every_path(rules, on):
     rules.conf.set("spark.quail.optimizer.enabled", str(on).lower())
     assert len(rules.sql(MIXED_HINT).collect()) <= 8  # runs (tiny random model: any rows)

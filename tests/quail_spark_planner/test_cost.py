@@ -1,110 +1,84 @@
-"""Speed-of-light cost model against hand-computed numbers."""
-
+"""The planner's cost model (AiCost.java, in the rules) against hand-computed numbers: a toy model
+shape put into the session conf the way install() puts the engine's, and the estimates read back
+from the specs of the rewritten plan."""
 import pytest
 
 from quail_spark import cost as C
+from quail_spark.explain import planned_calls, plan_text
 
-TOY = C.ModelShape("toy", n_layers=2, hidden=8, n_q_heads=2, n_kv_heads=1, head_dim=4, ffn=16, vocab=100)
-TOY_MODEL = C.CostModel(TOY, rate=1e6, prompt=C.PromptShape(header=3, separator=1, doc2_label=2, cue=2,
-                                                             answer_ids=2))
+TOY = {"name": "toy", "n_lin": 1152, "layers": 2, "q_heads": 2, "head_dim": 4, "hidden": 8, "rate": 1e6}
+
+
+def flops(cached: float, fresh: float, head: float = 2) -> float:
+    """FLOPs of one prompt of the toy shape: 2 N_lin fresh + 4 L n_q d pairs + 2 d_model head."""
+    pairs = fresh * cached + fresh * (fresh + 1) / 2
+    return 2 * 1152 * fresh + 4 * 2 * 2 * 4 * pairs + 2 * 8 * head
+
+
+@pytest.fixture(scope="module")
+def toy(spark):
+    import quail_spark
+
+    quail_spark.install(spark, model="tiny-llama-random", device="cpu")
+    spark.createDataFrame([(1, "a", "b")], "id int, body string, term string").createOrReplaceTempView("toy_docs")
+    saved = {k: spark.conf.get(C.CONF + k) for k in TOY}
+    for k, v in TOY.items():
+        spark.conf.set(C.CONF + k, str(v))
+    yield spark
+    for k, v in saved.items():
+        spark.conf.set(C.CONF + k, v)
+
+
+def spec(spark, sql: str) -> dict:
+    (_, s), = planned_calls(plan_text(spark.sql(sql), "extended"))
+    return s
 
 
 def test_linear_parameters_from_the_shape():
-    # per layer: q,o 2*576*576; k,v 2*576*192; MLP 3*576*1536
-    assert C.MODELS["smollm2-135m"].n_lin == 30 * (2 * 576 * 576 + 2 * 576 * 192 + 3 * 576 * 1536)
-    assert C.MODELS["smollm2-135m"].n_lin == 106_168_320
+    assert C.MODELS["smollm2-135m"].n_lin == 30 * (2 * 576 * 576 + 2 * 576 * 192 + 3 * 576 * 1536) == 106_168_320
     assert C.MODELS["qwen3-4b"].n_lin == 3_633_315_840  # docs/architecture.md: 3.633e9
-    assert TOY.n_lin == 2 * (2 * 8 * 8 + 2 * 8 * 4 + 3 * 8 * 16) == 1152
+
+
+def test_install_puts_the_engine_shape_into_the_session_conf():
+    conf = C.session_conf("tiny-llama-random", "cpu")
+    assert conf["spark.quail.model.name"] == "tiny-llama-random" and conf["spark.quail.model.layers"] == "2"
+    assert conf["spark.quail.model.n_lin"] == str(2 * (64 * 16 * (4 * 2 + 2 * 2) + 3 * 64 * 128))
+    assert C.session_conf("qwen3-4b-random", "cuda")["spark.quail.model.rate"] == "7.89e+14"
 
 
 def test_qwen3_4b_h200_300_token_prompts_run_at_107k_tokens_per_second():
-    m = C.cost_model("qwen3-4b", "h200")
-    c = C.prompts_cost(m, 1000, 0, 300)
-    assert c.tokens == c.fresh == 300_000
-    assert c.tokens / c.seconds == pytest.approx(107e3, rel=0.02)
-    # the same through the filter layout: a 300-token prompt of header, doc, question, cue
-    p = m.prompt
-    f = C.filter_cost(m, 1000, 300 - p.header - p.separator - p.cue - 10, 10)
-    assert f.tokens == 300_000 and f.seconds == pytest.approx(c.seconds)
+    s, rate = C.MODELS["qwen3-4b"], C.RATES["h200"]
+    f = 2 * s.n_lin * 300 + 4 * s.n_layers * s.n_q_heads * s.head_dim * 300 * 301 / 2 + 2 * s.hidden * 2
+    assert 300 / (f / rate) == pytest.approx(107e3, rel=0.02)
 
 
-def test_prompts_cost_by_hand():
-    # 3 prompts, 10 cached + 4 fresh tokens each, 2 answer rows
-    # attended pairs per prompt: 4*10 + 4*5/2 = 50
-    # FLOPs per prompt: 2*1152*4 + 4*2*2*4*50 + 2*8*2 = 9216 + 3200 + 32 = 12448
-    c = C.prompts_cost(TOY_MODEL, 3, 10, 4)
-    assert (c.tokens, c.fresh, c.flops) == (42, 12, 3 * 12448)
-    assert c.seconds == pytest.approx(3 * 12448 / 1e6)
+def test_a_fused_chain_prices_later_predicates_at_their_question(toy):
+    # document 20 tokens (hint); template 'Is {0} x?' is 3 tokens; a chain of two keeps the document:
+    # each predicate computes separator 2 + question 3 + cue 6 = 11 tokens after header 12 + document 20
+    s = spec(toy, "SELECT id FROM toy_docs WHERE ai_if('Is {0} x?', body, map('tokens', 20)) "
+                  "AND ai_if('Is {0} y?', body, map('selectivity', 0.2))")
+    assert s["doc_tokens"] == 20 and s["tokens_source"] == "hint" and s["rows_source"] == "default"
+    per_row = flops(32, 11) / 1e6
+    assert [c["template"] for c in s["calls"]] == ["Is {0} y?", "Is {0} x?"]  # 0.2 kept before 0.5
+    assert [c["seconds_per_row"] for c in s["calls"]] == pytest.approx([per_row, per_row], rel=1e-5)
+    assert [c["rank"] for c in s["calls"]] == pytest.approx([per_row / 0.8, per_row / 0.5], rel=1e-5)
+    # the plan's cost: 1,000 rows compute document + question, the 200 left compute the question
+    first, second = flops(0, 43) * 1000, flops(32, 11) * 200
+    assert s["cost"]["seconds"] == pytest.approx((first + second) / 1e6, rel=1e-5)
+    assert s["cost"]["fresh"] == pytest.approx(1000 * 43 + 200 * 11, rel=1e-5)
 
 
-def test_filter_with_cached_document_computes_only_the_question():
-    # layout: header 3 + doc 20 | separator 1 + question 5 + cue 2
-    full = C.filter_cost(TOY_MODEL, 10, 20, 5)
-    cached = C.filter_cost(TOY_MODEL, 10, 20, 5, doc_cached=True)
-    assert full.tokens == cached.tokens == 10 * 31
-    assert full.fresh == 310 and cached.fresh == 10 * 8
-    assert cached.flops == C.prompts_cost(TOY_MODEL, 10, 23, 8).flops
-
-
-def test_filter_with_repeated_documents_computes_each_once():
-    c = C.filter_cost(TOY_MODEL, 10, 20, 5, distinct=2)
-    docs = C.prompts_cost(TOY_MODEL, 2, 0, 23, head=0)
-    asks = C.prompts_cost(TOY_MODEL, 10, 23, 8)
-    assert c.fresh == docs.fresh + asks.fresh == 46 + 80
-    assert c.flops == docs.flops + asks.flops
-
-
-def test_join_cost_by_hand():
-    # anchor prefix: header 3 + anchor 50 + separator 1 + question 6 = 60 tokens, once per anchor
-    # per pair: label 2 + partner 4 + cue 2 = 8 fresh tokens after the 60 cached
-    c = C.join_cost(TOY_MODEL, anchors=5, anchor_tokens=50, pairs=100, partner_tokens=4, question_tokens=6)
-    once = C.prompts_cost(TOY_MODEL, 5, 0, 60, head=0)
-    pairs = C.prompts_cost(TOY_MODEL, 100, 60, 8)
-    assert c.tokens == 100 * 68
-    assert c.fresh == 5 * 60 + 100 * 8
-    assert c.flops == once.flops + pairs.flops
-    # the long side as anchor is far cheaper than the short one
-    flipped = C.join_cost(TOY_MODEL, anchors=20, anchor_tokens=4, pairs=100, partner_tokens=50,
-                          question_tokens=6)
-    assert c.seconds < flipped.seconds / 3
-
-
-def test_rank_orders_a_chain_by_cost_over_one_minus_selectivity():
-    m = C.cost_model("qwen3-4b", "h200")
-    # equal questions: the more selective (lower kept fraction) first; ties keep written order
-    assert [i for _, i in C.order_chain(m, [("Is it x?", 0.9), ("Is it y?", 0.5), ("Is it z?", 0.1)], 300)] == [2, 1, 0]
-    assert [i for _, i in C.order_chain(m, [("Is it x?", None), ("Is it y?", None)], 300)] == [0, 1]
-    # a long question with the same selectivity runs after a short one
-    long_q = "Does the document describe, in any way at all and with any wording, a defect?"
-    assert [i for _, i in C.order_chain(m, [(long_q, 0.5), ("Is it rude?", 0.5)], 300)] == [1, 0]
-    r = C.rank(m, 300, 5, 0.75)
-    assert r == pytest.approx(C.filter_cost(m, 1, 300, 5).seconds / 0.25)
-
-
-def test_chain_cost_short_circuits_and_keeps_the_document():
-    cost, evaluated = C.chain_cost(TOY_MODEL, 100, 20, [("q one", 0.1), ("q two", 0.5)])
-    assert evaluated == [100, 10]
-    first = C.filter_cost(TOY_MODEL, 100, 20, TOY_MODEL.text_tokens("q one"))
-    second = C.filter_cost(TOY_MODEL, 10, 20, TOY_MODEL.text_tokens("q two"), doc_cached=True)
-    assert cost.seconds == pytest.approx(first.seconds + second.seconds)
-
-
-def test_anchor_costs_prefer_the_long_side():
-    costs = C.anchor_costs(TOY_MODEL, left_rows=5, right_rows=20, left_tokens=50, right_tokens=4,
-                           question_tokens=6)
-    assert costs["left"].seconds < costs["right"].seconds / 3
-
-
-def test_cost_model_for_engine_models():
-    assert C.cost_model_for("smollm2-135m", "cpu").rate == C.RATES["cpu"]
-    assert C.cost_model_for("qwen3-4b-random", "cuda").rate == C.RATES["h200"]
-    assert C.cost_model_for("tiny-llama-random", "cpu").shape.name == "tiny-llama-random"
-
-
-def test_cost_model_presets():
-    assert C.cost_model("qwen3-4b-random", "cuda").rate == 789e12
-    assert C.cost_model().shape.name == "smollm2-135m" and C.cost_model().rate == 1e11
-    with pytest.raises(ValueError, match="unknown model 'gpt'"):
-        C.cost_model("gpt")
-    with pytest.raises(ValueError, match="unknown device 'tpu'"):
-        C.cost_model("qwen3-4b", "tpu")
+def test_a_join_anchor_counts_once_per_anchor(toy):
+    # {0} 50 tokens, {1} 4 tokens (hints), 1,000 rows a side (unknown: the default); question 6 tokens.
+    # {0} as anchor: 1,000 prefixes of 12 + 50 + 2 + 6 = 70, then 10^6 pairs of label 5 + 4 + cue 6
+    s = spec(toy, "SELECT a.id FROM toy_docs a JOIN toy_docs b ON ai_if('Does {0} mention {1}?', a.body, b.term, "
+                  "map('tokens', 50, 'tokens_1', 4))")
+    zero, one = (x["cost_as_anchor"] for x in s["sides"])
+    assert zero["fresh"] == pytest.approx(1000 * 70 + 1e6 * 15, rel=1e-5)
+    assert one["fresh"] == pytest.approx(1000 * 24 + 1e6 * 61, rel=1e-5)
+    assert zero["seconds"] == pytest.approx((1000 * flops(0, 70, 0) + 1e6 * flops(70, 15)) / 1e6, rel=1e-5)
+    assert s["anchor"] == "a.body" and s["why"] == "cost model" and s["cost"] == zero
+    # the same pair spelled the other way round: the same anchor, the same cost
+    t = spec(toy, "SELECT a.id FROM toy_docs a JOIN toy_docs b ON ai_if('Is {0} mentioned in {1}?', b.term, "
+                  "a.body, map('tokens', 4, 'tokens_1', 50))")
+    assert t["anchor"] == "a.body"

@@ -1,89 +1,79 @@
-"""explain: Spark's explain(mode='cost') text parsed into a tree with statistics, and our
-estimates on top of it (filter order, join anchors, SoL), on plan texts Spark 4.3 printed."""
-import pytest
-
-from quail_spark import cost as C
+"""explain: the estimates the rules wrote into the plan (quail_chain / quail_join specs), read
+from Spark's explain text and printed in the order the plan evaluates; no numbers of its own."""
 from quail_spark.dialect import to_spark
-from quail_spark.explain import explain_plan, parse_plan
+from quail_spark.explain import explain_plan, planned_calls
 
-CHAIN_ON = """== Optimized Logical Plan ==
-Project [id#11], Statistics(sizeInBytes=691.0 B)
-+- Filter pythonUDF0#18: boolean, Statistics(sizeInBytes=1902.0 B)
-   +- ArrowEvalPython [quail_chain({"calls": [{"template": "Is {0} long?", "selectivity": 0.2, "rank": 15.0}, \
-{"template": "Is {0} a, complaint?", "selectivity": 0.5, "rank": 40.0}]}, body#12)#17], [pythonUDF0#18], 250, \
-Statistics(sizeInBytes=1902.0 B, rowCount=1.00E+3)
-      +- Sort [body#12 ASC NULLS FIRST], false, Statistics(sizeInBytes=1902.0 B, rowCount=1.00E+3)
-         +- Project [id#11, body#12], Statistics(sizeInBytes=1902.0 B)
-            +- Filter (isnotnull(year#13) AND (year#13 > 2019)), Statistics(sizeInBytes=3.3 KiB)
-               +- Relation [id#11,body#12,year#13,kind#14] parquet, Statistics(sizeInBytes=3.3 KiB)
+CHAIN_SPEC = ('{"doc": "notes.body", "doc_tokens": 300.000, "tokens_source": "default", "rows": 1000.00, '
+              '"rows_source": "default", "calls": [{"template": "Is {0} long?", "selectivity": 0.200000, '
+              '"selectivity_source": "hint", "seconds_per_row": 4.0e-05, "rank": 5.0e-05, "evaluated": 1000.00}, '
+              '{"template": "Is {0} a, complaint?", "selectivity": 0.500000, "selectivity_source": "default", '
+              '"seconds_per_row": 4.0e-05, "rank": 8.0e-05, "evaluated": 200.000}], '
+              '"cost": {"requested": 357500, "fresh": 326300, "seconds": 0.75}}')
+JOIN_SPEC = ('{"template": "Is {0} in {1}?", "selectivity": 0.500000, "selectivity_source": "default", '
+             '"anchor": "n.body", "why": "cost model", "sides": [{"column": "t.term", "rows": 30.0, '
+             '"rows_source": "statistics", "tokens": 2.0, "tokens_source": "statistics", "cost_as_anchor": '
+             '{"requested": 1000, "fresh": 900, "seconds": 0.9}}, {"column": "n.body", "rows": 40.0, '
+             '"rows_source": "statistics", "tokens": 400.0, "tokens_source": "hint", "cost_as_anchor": '
+             '{"requested": 1000, "fresh": 100, "seconds": 0.1}}], "cost": {"requested": 1000, "fresh": 100, '
+             '"seconds": 0.1}}')
+PLAN = f"""== Optimized Logical Plan ==
+Project [id#11, tid#4]
++- Filter pythonUDF0#21: boolean
+   +- ArrowEvalPython [quail_join({JOIN_SPEC}, term#5, body#12)#20], [pythonUDF0#21], 250
+      +- Sort [if ((length(body#12) > length(term#5))) body#12 else term#5 ASC NULLS FIRST], false
+         +- Join Inner, rightHint=(strategy=broadcast)
+            :- Filter pythonUDF0#18: boolean
+            :  +- ArrowEvalPython [quail_chain({CHAIN_SPEC}, body#12)#17], [pythonUDF0#18], 250
+            :     +- Relation [id#11,body#12,year#13,kind#14] parquet
+            +- LogicalRDD [tid#4, term#5, kind#6], false
 
 == Physical Plan ==
-*(2) Project [id#11]
+ArrowEvalPython [quail_join({JOIN_SPEC}, term#5, body#12)#20], [pythonUDF0#21], 250
 """
-CHAIN_SQL = ("SELECT id FROM pnotes WHERE year > 2019 AND ai_if('Is {0} a, complaint?', body) "
-             "AND ai_if('Is {0} long?', body, map('selectivity', 0.2))")
-
-CHAIN_OFF = """== Optimized Logical Plan ==
-Project [id#11], Statistics(sizeInBytes=675.0 B)
-+- Filter (pythonUDF0#17 AND pythonUDF1#18), Statistics(sizeInBytes=2.1 KiB)
-   +- ArrowEvalPython [ai_if(Is {0} a, complaint?, body#12)#15, ai_if(Is {0} long?, body#12, map(keys: [selectivity], \
-values: [0.2]))#16], [pythonUDF0#17, pythonUDF1#18], 250, Statistics(sizeInBytes=2.1 KiB)
-      +- Project [id#11, body#12, year#13], Statistics(sizeInBytes=2.1 KiB, rowCount=400)
-         +- Relation [id#11,body#12,year#13,kind#14] parquet, Statistics(sizeInBytes=3.3 KiB)
-"""
-
-JOIN_ON = """== Optimized Logical Plan ==
-Project [id#11, tid#4], Statistics(sizeInBytes=3.03E+21 B)
-+- Filter pythonUDF0#21: boolean, Statistics(sizeInBytes=1.08E+22 B)
-   +- ArrowEvalPython [quail_join({"template": "Does {0} mention {1}?", "selectivity": 0.5}, body#12, term#5)#20], \
-[pythonUDF0#21], 250, Statistics(sizeInBytes=1.08E+22 B)
-      +- Sort [body#12 ASC NULLS FIRST], false, Statistics(sizeInBytes=1.08E+22 B)
-         +- Join Inner, leftHint=(strategy=broadcast), Statistics(sizeInBytes=1.08E+22 B)
-            :- Project [id#11, body#12], Statistics(sizeInBytes=1902.0 B, rowCount=500)
-            :  +- Relation [id#11,body#12,year#13,kind#14] parquet, Statistics(sizeInBytes=3.3 KiB)
-            +- Project [tid#4, term#5], Statistics(sizeInBytes=4.9 EiB)
-               +- LogicalRDD [tid#4, term#5, kind#6], false, Statistics(sizeInBytes=8.0 EiB)
-"""
-JOIN_SQL = "SELECT n.id, t.tid FROM pnotes n JOIN terms t ON ai_if('Does {0} mention {1}?', n.body, t.term)"
-MODEL = C.cost_model("qwen3-4b", "h200")
+SQL = ("SELECT n.id, t.tid FROM notes n JOIN terms t ON ai_if('Is {0} in {1}?', t.term, n.body) "
+       "WHERE ai_if('Is {0} a, complaint?', n.body) AND ai_if('Is {0} long?', n.body, map('selectivity', 0.2)) "
+       "AND ai_score('Is {0} rude?', n.body) > 0.5")
 
 
-def test_tree_depths_children_and_rows_from_statistics():
-    root = parse_plan(CHAIN_ON)
-    assert root.text == "Project [id#11]" and root.rows == pytest.approx(691 / 16)
-    chain = root.children[0].children[0]
-    assert chain.text.startswith("ArrowEvalPython [quail_chain(") and chain.rows == 1000
-    relation = chain.children[0].children[0].children[0].children[0]
-    assert relation.text.startswith("Relation [") and relation.children == []
-    assert relation.rows == pytest.approx(3.3 * 1024 / (16 * 4))
-    join = parse_plan(JOIN_ON).children[0].children[0].children[0].children[0]
-    assert [c.rows for c in join.children] == [500, None]  # 8 EiB: Spark's "unknown"
+def test_specs_in_evaluation_order_each_once():
+    found = planned_calls(PLAN)
+    assert [k for k, _ in found] == ["chain", "join"]  # the chain is deeper: it runs first
+    assert found[1][1]["anchor"] == "n.body"
 
 
-def test_fused_chain_shows_the_rules_order_and_short_circuit():
-    text = explain_plan(CHAIN_ON, to_spark(CHAIN_SQL)[1], MODEL)
-    order = text.split("== AI filter order")[1]
-    assert "on body (1,000 rows; fused by the rules)" in order
-    assert order.index("Is {0} long?") < order.index("Is {0} a, complaint?")
-    assert "evaluated=1,000" in order and "evaluated=200" in order  # 1,000 x selectivity 0.2
-    assert "== SoL estimate ==\ntotal: 1,200 prompts" in text
+def test_chain_lines_are_the_plans_numbers_in_its_order():
+    text = explain_plan(PLAN, to_spark(SQL)[1], "toy at 1 TFLOP/s")
+    order = text.split("== AI filter order")[1].split("==\n", 1)[1].splitlines()
+    assert order[0].startswith("on notes.body (1,000 rows, default; document 300 tokens, default; "
+                               "cost 326,300 fresh tokens")
+    assert order[1] == "  1. ai_if('Is {0} long?') selectivity=0.2 (hint) rank=5e-05 evaluated=1,000"
+    assert order[2] == "  2. ai_if('Is {0} a, complaint?') selectivity=0.5 (default) rank=8e-05 evaluated=200"
 
 
-def test_unfused_chain_is_listed_in_rank_order():
-    text = explain_plan(CHAIN_OFF, to_spark(CHAIN_SQL)[1], MODEL)
-    order = text.split("== AI filter order")[1]
-    assert "on body (400 rows; rank order; this plan evaluates every conjunct on every row)" in order
-    assert order.index("Is {0} long?") < order.index("Is {0} a, complaint?")
+def test_join_lines_show_the_anchor_and_both_prices():
+    text = explain_plan(PLAN, to_spark(SQL)[1])
+    lines = text.split("== AI joins")[1].splitlines()[1:4]
+    assert lines[0].startswith("  ai_if('Is {0} in {1}?', t.term, n.body): anchor n.body (cost model); cost 100 fresh")
+    assert lines[1].startswith("    t.term: 30 rows (statistics), 2 tokens (statistics); as anchor 900 fresh")
+    assert lines[2].startswith("    n.body: 40 rows (statistics), 400 tokens (hint); as anchor 100 fresh")
 
 
-def test_join_anchor_is_the_column_the_rules_sort_by():
-    text = explain_plan(JOIN_ON, to_spark(JOIN_SQL)[1], MODEL, doc_tokens={"body": 500, "term": 5})
-    line = text.split("== AI join anchors")[1].splitlines()[1]
-    assert "anchor n.body (500 rows; the rules' quail_join, sorted by it), partner t.term (unknown rows)" in line
-    assert "SoL per row of t.term" in line
-    assert "documents assumed body=500, term=5, else 300 tokens" in text
+def test_join_order_shows_chosen_and_written_costs():
+    spec = JOIN_SPEC[:-1] + (', "join_order": {"chosen": ["n", "c", "t"], "seconds": 12.5, '
+                             '"written": ["n", "t", "c"], "written_seconds": 109.0}}')
+    text = explain_plan(PLAN.replace(JOIN_SPEC, spec))
+    block = text.split("== AI join order")[1].splitlines()
+    assert block[1:3] == ["  chosen: n > c > t  cost 12.5 s", "  written: n > t > c  cost 109 s"]
 
 
-def test_known_rows_pick_the_cheaper_anchor():
-    costs = C.anchor_costs(MODEL, 500, 1000, 500, 5, 6)
-    assert costs["left"].seconds < costs["right"].seconds
+def test_calls_the_rules_did_not_plan_and_the_total():
+    text = explain_plan(PLAN, to_spark(SQL)[1], "toy at 1 TFLOP/s")
+    rest = text.split("== AI calls the rules did not plan")[1].splitlines()
+    assert rest[1] == "  ai_score('Is {0} rude?', n.body)"
+    assert text.endswith("total: 358,500 tokens requested, 326,400 fresh; SoL 0.85 s (toy at 1 TFLOP/s)")
+
+
+def test_a_plan_without_the_rules_calls_prints_no_estimate():
+    off = "== Optimized Logical Plan ==\nFilter ai_if(Is {0} long?, body#1)\n+- LocalRelation [body#1]\n"
+    text = explain_plan(off, to_spark("SELECT body FROM t WHERE ai_if('Is {0} long?', body)")[1])
+    assert "== SoL estimate" not in text and "  ai_if('Is {0} long?', body)" in text

@@ -1,13 +1,18 @@
 package io.quailspark;
 
 import java.util.ArrayList;
+import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Locale;
+import java.util.Map;
 
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.And;
 import org.apache.spark.sql.catalyst.expressions.Expression;
+import org.apache.spark.sql.catalyst.expressions.GreaterThan;
+import org.apache.spark.sql.catalyst.expressions.If;
+import org.apache.spark.sql.catalyst.expressions.Length;
 import org.apache.spark.sql.catalyst.expressions.Literal$;
 import org.apache.spark.sql.catalyst.expressions.PythonUDF;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
@@ -30,7 +35,6 @@ final class AiCalls {
     static final String ENABLED = "spark.quail.optimizer.enabled";
     static final String CHAIN = "quail_chain";
     static final String JOIN = "quail_join";
-    static final double DEFAULT_SELECTIVITY = 0.5;
 
     private AiCalls() {}
 
@@ -64,24 +68,44 @@ final class AiCalls {
         });
     }
 
-    /** One AI predicate: literal template, column arguments, selectivity hint. */
+    /** One AI predicate: literal template, column arguments, hints (as written, keys lower-cased). */
     static final class Predicate {
         final PythonUDF udf;
         final String template;
         final List<Expression> columns;
-        final double selectivity;
+        final Map<String, String> hints;
 
-        Predicate(PythonUDF udf, String template, List<Expression> columns, double selectivity) {
+        Predicate(PythonUDF udf, String template, List<Expression> columns, Map<String, String> hints) {
             this.udf = udf;
             this.template = template;
             this.columns = columns;
-            this.selectivity = selectivity;
+            this.hints = hints;
         }
 
-        /** Hellerstein's rank = cost / (1 - selectivity); cost from the template's length. */
-        double rank() {
-            double sel = Math.min(Math.max(selectivity, 0.0), 0.999);
-            return template.length() / (1.0 - sel);
+        /** The selectivity hint, else the default (written once, in AiCost). */
+        double selectivity() {
+            Double h = number(hints.get("selectivity"));
+            return h != null ? h : AiCost.DEFAULT_SELECTIVITY;
+        }
+
+        String selectivitySource() {
+            return number(hints.get("selectivity")) != null ? "hint" : "default";
+        }
+
+        /** The column argument the anchor hint names (resolved by QuailAnchorHint), or null. */
+        Integer anchorArg() {
+            Double a = number(hints.get(QuailAnchorHint.FIELD));
+            return a == null ? null : a.intValue();
+        }
+
+        /** The tokens hint of column argument {@code i}: 'tokens' for {0}, 'tokens_1' for {1} ... */
+        Double tokensHint(int i) {
+            return number(hints.get(i == 0 ? "tokens" : "tokens_" + i));
+        }
+
+        /** Tokens of the template's question (its text without the placeholders' documents). */
+        double questionTokens() {
+            return AiCost.textTokens(template);
         }
     }
 
@@ -93,21 +117,17 @@ final class AiCalls {
         if (args.size() < 2 || !args.get(0).foldable() || !(args.get(0).dataType() instanceof StringType)) return null;
         Object t = args.get(0).eval(null);
         if (t == null) return null;
-        double sel = DEFAULT_SELECTIVITY;
+        Map<String, String> hints = new LinkedHashMap<>();
         int end = args.size();
         Expression last = args.get(end - 1);
         if (isHint(last.dataType())) {
             if (!last.foldable()) return null;
-            Object v = last.eval(null);
-            Double hinted = last.dataType() instanceof MapType
-                    ? hint(v, (MapType) last.dataType(), "selectivity")
-                    : structHint(v, (StructType) last.dataType(), "selectivity");
-            if (hinted != null) sel = hinted;
+            hints = hints(last);
             end -= 1;
         }
         List<Expression> cols = new ArrayList<>(args.subList(1, end));
         if (cols.isEmpty()) return null;
-        return new Predicate(udf, t.toString(), cols, sel);
+        return new Predicate(udf, t.toString(), cols, hints);
     }
 
     /** The optional last argument of an AI call is a hint: map('selectivity', ...) or its named_struct. */
@@ -115,36 +135,71 @@ final class AiCalls {
         return t instanceof MapType || t instanceof StructType;
     }
 
-    private static Double hint(Object map, MapType type, String key) {
-        if (!(map instanceof MapData)) return null;
-        MapData m = (MapData) map;
-        ArrayData keys = m.keyArray(), values = m.valueArray();
-        for (int i = 0; i < m.numElements(); i++) {
-            Object k = keys.get(i, type.keyType());
-            if (k != null && k.toString().equalsIgnoreCase(key)) {
-                return number(values.get(i, type.valueType()));
-            }
+    /**
+     * The AI call {@code e} with {@code key} set in its hint: a named_struct of the hints it has,
+     * as text (every reader parses them from text), and the new one.
+     */
+    static Expression withHint(Expression e, String key, Expression value) {
+        Predicate p = predicate(e);
+        if (p == null) return e;
+        List<Expression> args = new ArrayList<>(CollectionConverters.asJava(p.udf.children()));
+        if (isHint(args.get(args.size() - 1).dataType())) args.remove(args.size() - 1);
+        List<Expression> kv = new ArrayList<>();
+        for (Map.Entry<String, String> h : p.hints.entrySet()) {
+            if (h.getKey().equals(key)) continue;
+            kv.add(literal(h.getKey()));
+            kv.add(literal(h.getValue()));
         }
-        return null;
+        kv.add(literal(key));
+        kv.add(value);
+        args.add(new org.apache.spark.sql.catalyst.expressions.CreateNamedStruct(seq(kv)));
+        return p.udf.withNewChildren(seq(args));
     }
 
-    /** The hint as named_struct('selectivity', 0.25, 'anchor', 'n') (a map's values share one type). */
-    private static Double structHint(Object row, StructType type, String key) {
-        if (!(row instanceof InternalRow)) return null;
-        for (int i = 0; i < type.fields().length; i++) {
-            if (type.fields()[i].name().equalsIgnoreCase(key) && !((InternalRow) row).isNullAt(i)) {
-                return number(((InternalRow) row).get(i, type.fields()[i].dataType()));
+    /** A foldable hint's keys (lower-cased) and values as text, in the order written. */
+    private static Map<String, String> hints(Expression hint) {
+        Map<String, String> out = new LinkedHashMap<>();
+        Object v = hint.eval(null);
+        if (hint.dataType() instanceof MapType && v instanceof MapData) {
+            MapType type = (MapType) hint.dataType();
+            MapData m = (MapData) v;
+            ArrayData keys = m.keyArray(), values = m.valueArray();
+            for (int i = 0; i < m.numElements(); i++) {
+                Object k = keys.get(i, type.keyType()), x = values.get(i, type.valueType());
+                if (k != null && x != null) out.put(k.toString().toLowerCase(Locale.ROOT), x.toString());
+            }
+        } else if (hint.dataType() instanceof StructType && v instanceof InternalRow) {
+            StructType type = (StructType) hint.dataType();
+            for (int i = 0; i < type.fields().length; i++) {
+                if (((InternalRow) v).isNullAt(i)) continue;
+                Object x = ((InternalRow) v).get(i, type.fields()[i].dataType());
+                out.put(type.fields()[i].name().toLowerCase(Locale.ROOT), x.toString());
             }
         }
-        return null;
+        return out;
     }
 
-    private static Double number(Object v) {
+    private static Double number(String v) {
         try {
-            return v == null ? null : Double.valueOf(v.toString());
+            return v == null ? null : Double.valueOf(v);
         } catch (NumberFormatException ex) {
             return null;
         }
+    }
+
+    /**
+     * The document a quail_chain / quail_join call places first in each row's prompt, as the
+     * renderer does: the chain's document; a join's hinted column (anchor_arg in its spec), else
+     * the longer of two values (a tie keeps template order); {0} of three or more columns.
+     */
+    static Expression placedFirst(PythonUDF internal) {
+        List<Expression> args = CollectionConverters.asJava(internal.children());
+        if (!isInternal(internal, JOIN) || args.size() != 3) return args.get(1);
+        java.util.regex.Matcher m = java.util.regex.Pattern.compile("\"anchor_arg\": (\\d+)")
+            .matcher(String.valueOf(args.get(0).eval(null)));
+        if (m.find()) return args.get(1 + Integer.parseInt(m.group(1)));
+        Expression c0 = args.get(1), c1 = args.get(2);
+        return new If(new GreaterThan(new Length(c1), new Length(c0)), c1, c0);
     }
 
     static List<Expression> conjuncts(Expression e) {
@@ -175,6 +230,18 @@ final class AiCalls {
         }
     }
 
+    /** Spark's AnalysisException (checked in Java), thrown unchecked: the analyzer reports it as usual. */
+    static RuntimeException analysisError(String message) {
+        throw AiCalls.<RuntimeException>unchecked(new org.apache.spark.sql.AnalysisException(message,
+            scala.Option.empty(), scala.Option.empty(), scala.Option.empty(), scala.Option.empty(),
+            scala.collection.immutable.Map$.MODULE$.empty(), new org.apache.spark.QueryContext[0]));
+    }
+
+    @SuppressWarnings("unchecked")
+    private static <E extends Throwable> E unchecked(Throwable t) throws E {
+        throw (E) t;
+    }
+
     static Expression literal(String s) {
         return Literal$.MODULE$.apply(s);
     }
@@ -191,6 +258,28 @@ final class AiCalls {
             else b.append(c);
         }
         return b.append('"').toString();
+    }
+
+    /** A PartialFunction over expressions defined where {@code f} gives non-null, for resolveExpressions. */
+    static final class ExpressionRewrite extends AbstractPartialFunction<Expression, Expression> {
+        private final java.util.function.Function<Expression, Expression> f;
+
+        ExpressionRewrite(java.util.function.Function<Expression, Expression> f) {
+            this.f = f;
+        }
+
+        @Override
+        public boolean isDefinedAt(Expression e) {
+            return f.apply(e) != null;
+        }
+
+        @Override
+        public <A1 extends Expression, B1> B1 applyOrElse(A1 e, scala.Function1<A1, B1> dflt) {
+            Expression out = f.apply(e);
+            @SuppressWarnings("unchecked")
+            B1 b = out != null ? (B1) out : dflt.apply(e);
+            return b;
+        }
     }
 
     /** A PartialFunction defined everywhere, for transformUp from Java. */

@@ -19,28 +19,33 @@ import org.apache.spark.sql.catalyst.plans.logical.JoinStrategyHint;
 import scala.Option;
 
 /**
- * An inner join whose ON has an AI predicate over one column of each side:
- * evaluated anchor by anchor, the partner side broadcast.
+ * An inner join whose ON has an AI predicate over columns of both sides: evaluated anchor
+ * by anchor, the partner side broadcast; the anchor chosen by the cost model ({@link AiCost}).
  *
  * <pre>
- * before: Join Inner, (ai_if('Does {0} mention {1}?', body, term) AND a.x = k.x)
- *           :- a
- *           +- k
- * after:  Filter quail_join('{"template": ...}', body, term)
- *           +- Join Inner, (a.x = k.x)             (no equality: broadcast hint on the smaller side)
- *              :- a
- *              +- k
+ * before: Join Inner, (ai_if('Is {0} mentioned in {1}?', term, body) AND a.x = k.x)
+ *           :- k
+ *           +- a
+ * after:  Filter quail_join('{"template": ..., "anchor": "body", "why": "cost model", "sides": [...],
+ *                             "anchor_costs": [...], "cost": {...}}', term, body)
+ *           +- Join Inner, (a.x = k.x)      (no equality: broadcast hint on the partner side, here k)
+ *              :- k
+ *              +- a
  * </pre>
  *
- * {@link QuailLocalSort} then sorts the pairs by the anchor column ({0}, the
- * DOCUMENT whose KV is shared) inside each partition, so each anchor's prefix
- * is computed once while its partners stream. The template fixes the prompt
- * ({0} is always the DOCUMENT): the side chosen for broadcast by cost (the
- * smaller one, from the optimizer's statistics) changes only the physical join,
- * never a prompt or an answer. Equality conjuncts of the ON stay in the join (a
- * hash join). quail_join is non-deterministic, so Spark does not push it back
- * into the join; the rewritten join has no ai_if left: applying the rule again
- * changes nothing.
+ * The anchor is the document whose KV is shared: its prefix (header, document, question) is
+ * computed once per anchor, the partner and the answer cue once per pair. For a two-column
+ * call the rule prices either column as the anchor (rows from Spark's statistics, tokens
+ * from column statistics, a {@code tokens} hint or the default) and takes the cheaper one; an
+ * {@code anchor} hint (resolved to {@code anchor_arg} by {@link QuailAnchorHint}) forces a
+ * side. This agrees with the prompt, which never depends on the plan: the renderer places
+ * the hinted column first, else the row's longer value, so the cost model's anchor (the
+ * side with the longer documents) is the document placed first for the typical row.
+ * Calls of three or more columns keep {0} as the anchor. {@link QuailLocalSort} sorts the
+ * pairs by the document placed first in each row's prompt. Equality conjuncts of the ON
+ * stay in the join (a hash join). quail_join is non-deterministic, so Spark does not push
+ * it back into the join; the rewritten join has no ai_if left: applying the rule again
+ * changes nothing. The spec carries the estimates; explain prints them.
  */
 public class QuailAiJoin extends AiRule {
     public QuailAiJoin(SparkSession session) {
@@ -58,12 +63,17 @@ public class QuailAiJoin extends AiRule {
         AttributeSet left = j.left().outputSet(), right = j.right().outputSet();
         List<Expression> rest = new ArrayList<>(), calls = new ArrayList<>();
         boolean equiKeys = false;
+        Boolean broadcastLeft = null;
+        AiCost model = AiCost.session();
         for (Expression c : AiCalls.conjuncts(j.condition().get())) {
             AiCalls.Predicate p = AiCalls.predicate(c);
-            if (p != null && p.columns.size() >= 2 && splitsSides(p.columns, left, right)) {
-                Expression call = joinCall(p);
+            boolean[] onLeft = p != null && p.columns.size() >= 2 ? sides(p.columns, left, right) : null;
+            if (onLeft != null) {
+                Anchor a = new Anchor(model, p, onLeft, j);
+                Expression call = AiCalls.call(session, AiCalls.JOIN, a.args());
                 if (call == null) return j;
                 calls.add(call);
+                if (broadcastLeft == null) broadcastLeft = !onLeft[a.chosen];  // broadcast the partners
             } else {
                 rest.add(c);
                 equiKeys |= isEquiKey(c, left, right);
@@ -73,25 +83,96 @@ public class QuailAiJoin extends AiRule {
         JoinHint hint = j.hint();
         if (!equiKeys && hint.leftHint().isEmpty() && hint.rightHint().isEmpty()) {
             Option<HintInfo> bc = Option.apply(new HintInfo(Option.<JoinStrategyHint>apply(BROADCAST$.MODULE$)));
-            boolean leftSmaller = j.left().stats().sizeInBytes().compare(j.right().stats().sizeInBytes()) < 0;
-            hint = leftSmaller ? new JoinHint(bc, Option.empty()) : new JoinHint(Option.empty(), bc);
+            hint = broadcastLeft ? new JoinHint(bc, Option.empty()) : new JoinHint(Option.empty(), bc);
         }
         Option<Expression> cond = rest.isEmpty() ? Option.empty() : Option.apply(AiCalls.and(rest));
         Join inner = new Join(j.left(), j.right(), j.joinType(), cond, hint);
         return new Filter(AiCalls.and(calls), inner);
     }
 
-    /** Column 0 (the anchor, {0}) from one side, every other column from the other side. */
-    private static boolean splitsSides(List<Expression> cols, AttributeSet left, AttributeSet right) {
-        AttributeSet a = cols.get(0).references();
-        if (a.isEmpty()) return false;
-        AttributeSet anchorSide = a.subsetOf(left) ? left : a.subsetOf(right) ? right : null;
-        if (anchorSide == null) return false;
-        AttributeSet partnerSide = anchorSide == left ? right : left;
-        for (Expression c : cols.subList(1, cols.size())) {
-            if (c.references().isEmpty() || !c.references().subsetOf(partnerSide)) return false;
+    /**
+     * Per column argument, whether it comes from the left side; null unless the call joins the
+     * sides: two columns from opposite sides, or {0} from one side and the others from the other.
+     */
+    private static boolean[] sides(List<Expression> cols, AttributeSet left, AttributeSet right) {
+        boolean[] onLeft = new boolean[cols.size()];
+        for (int i = 0; i < cols.size(); i++) {
+            AttributeSet r = cols.get(i).references();
+            if (r.isEmpty()) return null;
+            if (r.subsetOf(left)) onLeft[i] = true;
+            else if (!r.subsetOf(right)) return null;
+            if (i > 0 && onLeft[i] == onLeft[0]) return null;
         }
-        return true;
+        return onLeft;
+    }
+
+    /** The anchor of one AI join call: either column of a two-column call priced as the anchor. */
+    private static final class Anchor {
+        final AiCalls.Predicate p;
+        final double[] rows, tokens;
+        final String[] rowsSource, tokensSource;
+        final AiCost.Cost[] costs;
+        final int chosen;
+        final String why;
+
+        Anchor(AiCost model, AiCalls.Predicate p, boolean[] onLeft, Join j) {
+            this.p = p;
+            int n = Math.min(p.columns.size(), 2);
+            rows = new double[n];
+            tokens = new double[n];
+            rowsSource = new String[n];
+            tokensSource = new String[n];
+            for (int i = 0; i < n; i++) {
+                LogicalPlan side = onLeft[i] ? j.left() : j.right();
+                Double r = AiCost.rows(side);
+                rows[i] = r != null ? r : AiCost.DEFAULT_ROWS;
+                rowsSource[i] = r != null ? "statistics" : "default";
+                AiCost.Tokens t = AiCost.docTokens(p.columns.get(i), side, p.tokensHint(i));
+                tokens[i] = t.tokens;
+                tokensSource[i] = t.source;
+            }
+            costs = new AiCost.Cost[n];
+            double q = p.questionTokens();
+            costs[0] = model.join(rows[0], tokens[0], rows[1], tokens[1], q);
+            if (n == 2) costs[1] = model.join(rows[1], tokens[1], rows[0], tokens[0], q);
+            if (p.anchorArg() != null) {
+                chosen = p.anchorArg();
+                why = "hint";
+            } else if (p.columns.size() > 2) {
+                chosen = 0;
+                why = "template: {0} of a call with three or more columns";
+            } else {
+                chosen = costs[1].seconds < costs[0].seconds ? 1 : 0;  // a tie keeps template order
+                why = "cost model";
+            }
+        }
+
+        /** quail_join(spec, columns...): spec is JSON of the template, the hints and the estimates. */
+        List<Expression> args() {
+            StringBuilder spec = new StringBuilder("{\"template\": ").append(AiCalls.json(p.template))
+                .append(", \"selectivity\": ").append(AiCost.num(p.selectivity()))
+                .append(", \"selectivity_source\": \"").append(p.selectivitySource()).append('"');
+            if (p.anchorArg() != null) spec.append(", \"anchor_arg\": ").append(p.anchorArg());
+            spec.append(", \"anchor\": ").append(AiCalls.json(p.columns.get(chosen).sql()))
+                .append(", \"why\": ").append(AiCalls.json(why)).append(", \"sides\": [");
+            for (int i = 0; i < rows.length; i++) {
+                if (i > 0) spec.append(", ");
+                spec.append("{\"column\": ").append(AiCalls.json(p.columns.get(i).sql()))
+                    .append(", \"rows\": ").append(AiCost.num(rows[i]))
+                    .append(", \"rows_source\": \"").append(rowsSource[i])
+                    .append("\", \"tokens\": ").append(AiCost.num(tokens[i]))
+                    .append(", \"tokens_source\": \"").append(tokensSource[i])
+                    .append("\", \"cost_as_anchor\": ").append(costs[i].json()).append('}');
+            }
+            spec.append("], \"cost\": ").append(costs[chosen].json());
+            String order = p.hints.get(QuailAiJoinOrder.FIELD);
+            if (order != null) spec.append(", \"join_order\": ").append(order);
+            spec.append('}');
+            List<Expression> args = new ArrayList<>();
+            args.add(AiCalls.literal(spec.toString()));
+            args.addAll(p.columns);
+            return args;
+        }
     }
 
     private static boolean isEquiKey(Expression c, AttributeSet left, AttributeSet right) {
@@ -107,14 +188,5 @@ public class QuailAiJoin extends AiRule {
         }
         return (l.references().subsetOf(left) && r.references().subsetOf(right))
             || (l.references().subsetOf(right) && r.references().subsetOf(left));
-    }
-
-    /** quail_join(spec, anchor, partner columns...): spec is JSON of the template and its hint. */
-    private Expression joinCall(AiCalls.Predicate p) {
-        String spec = "{\"template\": " + AiCalls.json(p.template) + ", \"selectivity\": " + p.selectivity + "}";
-        List<Expression> args = new ArrayList<>();
-        args.add(AiCalls.literal(spec));
-        args.addAll(p.columns);
-        return AiCalls.call(session, AiCalls.JOIN, args);
     }
 }

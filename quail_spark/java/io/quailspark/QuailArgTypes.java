@@ -3,7 +3,6 @@ package io.quailspark;
 import java.util.List;
 import java.util.Locale;
 
-import org.apache.spark.sql.AnalysisException;
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.PythonUDF;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
@@ -69,19 +68,10 @@ final class QuailArgTypes extends AbstractFunction1<LogicalPlan, BoxedUnit> {
             DataType t = a.dataType();
             if (!isText(t)) {
                 String sql = a.sql();
-                throw QuailArgTypes.<RuntimeException>unchecked(new AnalysisException(
-                    name + ": argument " + (i + 1) + " (" + sql + ") is " + t.sql() + "; a document argument "
-                    + "must be a string: write CAST(" + sql + " AS STRING)",
-                    scala.Option.empty(), scala.Option.empty(), scala.Option.empty(), scala.Option.empty(),
-                    scala.collection.immutable.Map$.MODULE$.empty(), new org.apache.spark.QueryContext[0]));
+                throw AiCalls.analysisError(name + ": argument " + (i + 1) + " (" + sql + ") is " + t.sql()
+                    + "; a document argument must be a string: write CAST(" + sql + " AS STRING)");
             }
         }
-    }
-
-    /** Spark's AnalysisException is checked in Java; Scala callers (the analyzer) catch it as thrown. */
-    @SuppressWarnings("unchecked")
-    private static <E extends Throwable> E unchecked(Throwable t) throws E {
-        throw (E) t;
     }
 
     private static boolean isText(DataType t) {

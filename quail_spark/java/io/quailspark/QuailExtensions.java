@@ -13,8 +13,9 @@ import scala.runtime.BoxedUnit;
  * <p>Injects the AI rules into Catalyst's operator-optimization batch (run to a
  * fixed point, before Spark's "Extract Python UDFs" batch, so the rules see the
  * AI functions as {@code PythonUDF} expressions). Every rule is idempotent and
- * a no-op when {@code spark.quail.optimizer.enabled=false}. One analysis rule,
- * {@link QuailHintStruct}, turns map hints into structs on every path, and one
+ * a no-op when {@code spark.quail.optimizer.enabled=false}. Two analysis rules run on
+ * every path: {@link QuailHintStruct} turns map hints into structs, then
+ * {@link QuailAnchorHint} resolves the anchor hint to an argument position; one
  * check rule, {@link QuailArgTypes}, refuses a non-string document argument by name.
  */
 public class QuailExtensions extends AbstractFunction1<SparkSessionExtensions, BoxedUnit> {
@@ -22,7 +23,9 @@ public class QuailExtensions extends AbstractFunction1<SparkSessionExtensions, B
     @Override
     public BoxedUnit apply(SparkSessionExtensions ext) {
         ext.injectPostHocResolutionRule(new Builder(3));
+        ext.injectPostHocResolutionRule(new Builder(4));
         ext.injectOptimizerRule(new Builder(0));
+        ext.injectOptimizerRule(new Builder(5));
         ext.injectOptimizerRule(new Builder(1));
         ext.injectOptimizerRule(new Builder(2));
         ext.injectCheckRule(new CheckBuilder());
@@ -53,7 +56,9 @@ public class QuailExtensions extends AbstractFunction1<SparkSessionExtensions, B
                 case 0: return new QuailFilterChain(session);
                 case 1: return new QuailAiJoin(session);
                 case 2: return new QuailLocalSort(session);
-                default: return new QuailHintStruct();
+                case 3: return new QuailHintStruct();
+                case 5: return new QuailAiJoinOrder(session);
+                default: return new QuailAnchorHint();
             }
         }
     }

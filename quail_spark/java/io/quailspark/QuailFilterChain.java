@@ -11,25 +11,32 @@ import org.apache.spark.sql.catalyst.plans.logical.Filter;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 
 /**
- * Relational conjuncts first; the AI predicates over one document fused into one chain.
+ * Relational conjuncts first; the AI predicates over one document fused into one chain,
+ * ordered by the cost model ({@link AiCost}).
  *
  * <pre>
  * before: Filter (ai_if('Q1 {0}', body) AND id > 3 AND ai_if('Q2 {0}', body, map('selectivity', 0.1)))
  *           +- child
- * after:  Filter quail_chain('{"doc":0,"calls":[Q2 (rank), Q1 (rank)]}', body)
+ * after:  Filter quail_chain('{"doc": "body", "doc_tokens": 300, "rows": ..., "calls": [Q2 (rank), Q1 (rank)],
+ *                              "cost": {...}}', body)
  *           +- Filter (id > 3)
  *              +- child
  * </pre>
  *
- * The chain's predicates are ordered by rank = cost / (1 - selectivity)
- * (Hellerstein), cost from the template's length, selectivity from the
- * optional hint (default 0.5). quail_chain is a non-deterministic Python UDF
- * (install() registers it): Spark neither pushes it below the local sort that
- * {@link QuailLocalSort} puts under it nor merges it with the relational filter.
- * Its answer is the AND of the predicates (NULL for a NULL document), so the
- * rows are those of the filter before; only the order of evaluation, the
- * short-circuit and the kept KV differ. The fused predicates leave no ai_if in
- * the filter: applying the rule again changes nothing.
+ * The chain's predicates are ordered by rank = cost / (1 - selectivity) (Hellerstein),
+ * cost the speed-of-light seconds of what a predicate computes per row: the document's KV
+ * is computed once and kept, so in a chain of several a predicate costs its question (with
+ * its attention over the document); selectivity from the optional hint, else the default.
+ * Chains over different documents run in the order of their own ranks (expected cost per
+ * row with short-circuit, document included, over 1 - the chain's selectivity). The spec
+ * carries the estimates (document tokens and their source, rows, each predicate's
+ * selectivity, cost, rank and rows evaluated, the chain's cost): explain prints them.
+ * quail_chain is a non-deterministic Python UDF (install() registers it): Spark neither
+ * pushes it below the local sort that {@link QuailLocalSort} puts under it nor merges it
+ * with the relational filter. Its answer is the AND of the predicates (NULL for a NULL
+ * document), so the rows are those of the filter before; only the order of evaluation,
+ * the short-circuit and the kept KV differ. The fused predicates leave no ai_if in the
+ * filter: applying the rule again changes nothing.
  */
 public class QuailFilterChain extends AiRule {
     public QuailFilterChain(SparkSession session) {
@@ -57,34 +64,88 @@ public class QuailFilterChain extends AiRule {
             }
         }
         if (byDoc.isEmpty()) return f;
-        List<List<AiCalls.Predicate>> chains = new ArrayList<>(byDoc.values());
-        for (List<AiCalls.Predicate> ch : chains) ch.sort((a, b) -> Double.compare(a.rank(), b.rank()));
-        chains.sort((a, b) -> Double.compare(a.get(0).rank(), b.get(0).rank()));
+        LogicalPlan child = relational.isEmpty() ? f.child() : new Filter(AiCalls.and(relational), f.child());
+        AiCost model = AiCost.session();
+        Double rows = AiCost.rows(child);
+        List<Chain> chains = new ArrayList<>();
+        for (List<AiCalls.Predicate> members : byDoc.values()) chains.add(new Chain(model, members, child, rows));
+        chains.sort((a, b) -> Double.compare(a.rank, b.rank));
         List<Expression> top = new ArrayList<>();
-        for (List<AiCalls.Predicate> ch : chains) {
-            Expression call = chainCall(ch);
+        for (Chain ch : chains) {
+            Expression call = AiCalls.call(session, AiCalls.CHAIN, ch.args());
             if (call == null) return f;
             top.add(call);
         }
         top.addAll(otherAi);
-        LogicalPlan child = relational.isEmpty() ? f.child() : new Filter(AiCalls.and(relational), f.child());
         return new Filter(AiCalls.and(top), child);
     }
 
-    /** quail_chain(spec, document): spec is JSON of the ordered templates with their hints. */
-    private Expression chainCall(List<AiCalls.Predicate> ordered) {
-        StringBuilder spec = new StringBuilder("{\"calls\": [");
-        for (int i = 0; i < ordered.size(); i++) {
-            AiCalls.Predicate p = ordered.get(i);
-            if (i > 0) spec.append(", ");
-            spec.append("{\"template\": ").append(AiCalls.json(p.template))
-                .append(", \"selectivity\": ").append(p.selectivity)
-                .append(", \"rank\": ").append(String.format(java.util.Locale.ROOT, "%.1f", p.rank())).append('}');
+    /** The predicates over one document in rank order, with the cost model's estimates. */
+    private static final class Chain {
+        final List<AiCalls.Predicate> ordered;
+        final Expression doc;
+        final AiCost.Tokens tokens;
+        final double rows, rank;
+        final String rowsSource;
+        final double[] perRow, ranks, evaluated;
+        final AiCost.Cost cost;
+
+        Chain(AiCost model, List<AiCalls.Predicate> members, LogicalPlan child, Double knownRows) {
+            doc = members.get(0).columns.get(0);
+            Double hinted = null;
+            for (AiCalls.Predicate p : members) if (hinted == null) hinted = p.tokensHint(0);
+            tokens = AiCost.docTokens(doc, child, hinted);
+            rows = knownRows != null ? knownRows : AiCost.DEFAULT_ROWS;
+            rowsSource = knownRows != null ? "statistics" : "default";
+            boolean shared = members.size() > 1;  // the document's KV is computed once and kept
+            List<double[]> keyed = new ArrayList<>();
+            for (int i = 0; i < members.size(); i++) {
+                double sec = model.filter(tokens.tokens, members.get(i).questionTokens(), shared).seconds;
+                keyed.add(new double[] {AiCost.rank(sec, members.get(i).selectivity()), i, sec});
+            }
+            keyed.sort((a, b) -> Double.compare(a[0], b[0]));  // stable: ties keep the written order
+            ordered = new ArrayList<>();
+            perRow = new double[keyed.size()];
+            ranks = new double[keyed.size()];
+            evaluated = new double[keyed.size()];
+            AiCost.Cost total = AiCost.ZERO;
+            double alive = rows, kept = 1.0;
+            for (int k = 0; k < keyed.size(); k++) {
+                AiCalls.Predicate p = members.get((int) keyed.get(k)[1]);
+                ordered.add(p);
+                ranks[k] = keyed.get(k)[0];
+                perRow[k] = keyed.get(k)[2];
+                evaluated[k] = alive;
+                total = total.plus(model.filter(tokens.tokens, p.questionTokens(), k > 0).times(alive));
+                alive *= p.selectivity();
+                kept *= p.selectivity();
+            }
+            cost = total;
+            rank = AiCost.rank(total.seconds / Math.max(rows, 1e-9), kept);
         }
-        spec.append("]}");
-        List<Expression> args = new ArrayList<>();
-        args.add(AiCalls.literal(spec.toString()));
-        args.add(ordered.get(0).columns.get(0));
-        return AiCalls.call(session, AiCalls.CHAIN, args);
+
+        /** quail_chain(spec, document): spec is JSON of the ordered templates and the estimates. */
+        List<Expression> args() {
+            StringBuilder spec = new StringBuilder("{\"doc\": ").append(AiCalls.json(doc.sql()))
+                .append(", \"doc_tokens\": ").append(AiCost.num(tokens.tokens))
+                .append(", \"tokens_source\": \"").append(tokens.source)
+                .append("\", \"rows\": ").append(AiCost.num(rows))
+                .append(", \"rows_source\": \"").append(rowsSource).append("\", \"calls\": [");
+            for (int i = 0; i < ordered.size(); i++) {
+                AiCalls.Predicate p = ordered.get(i);
+                if (i > 0) spec.append(", ");
+                spec.append("{\"template\": ").append(AiCalls.json(p.template))
+                    .append(", \"selectivity\": ").append(AiCost.num(p.selectivity()))
+                    .append(", \"selectivity_source\": \"").append(p.selectivitySource())
+                    .append("\", \"seconds_per_row\": ").append(AiCost.num(perRow[i]))
+                    .append(", \"rank\": ").append(AiCost.num(ranks[i]))
+                    .append(", \"evaluated\": ").append(AiCost.num(evaluated[i])).append('}');
+            }
+            spec.append("], \"cost\": ").append(cost.json()).append('}');
+            List<Expression> args = new ArrayList<>();
+            args.add(AiCalls.literal(spec.toString()));
+            args.add(doc);
+            return args;
+        }
     }
 }

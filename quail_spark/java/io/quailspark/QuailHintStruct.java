@@ -12,7 +12,6 @@ import org.apache.spark.sql.catalyst.expressions.PythonUDF;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.catalyst.rules.Rule;
 import scala.jdk.javaapi.CollectionConverters;
-import scala.runtime.AbstractPartialFunction;
 
 /**
  * Analysis rule (post-hoc resolution, so it runs with the optimizer rules on or off):
@@ -35,22 +34,7 @@ final class QuailHintStruct extends Rule<LogicalPlan> {
     public LogicalPlan apply(LogicalPlan plan) {
         // resolveExpressions: the analyzer forbids transformUp/Down in its rules (checked under
         // SPARK_TESTING); subquery plans are analyzed on their own and meet this rule there.
-        return plan.resolveExpressions(new HintRewrite());
-    }
-
-    private static final class HintRewrite extends AbstractPartialFunction<Expression, Expression> {
-        @Override
-        public boolean isDefinedAt(Expression e) {
-            return rewritten(e) != null;
-        }
-
-        @Override
-        public <A1 extends Expression, B1> B1 applyOrElse(A1 e, scala.Function1<A1, B1> dflt) {
-            Expression out = rewritten(e);
-            @SuppressWarnings("unchecked")
-            B1 b = out != null ? (B1) out : dflt.apply(e);
-            return b;
-        }
+        return plan.resolveExpressions(new AiCalls.ExpressionRewrite(QuailHintStruct::rewritten));
     }
 
     /** The AI call with its map hint as a struct, or null when there is nothing to rewrite. */

@@ -15,16 +15,21 @@ import scala.Option;
 import scala.jdk.javaapi.CollectionConverters;
 
 /**
- * A partition-local sort on the document (or join anchor) column under each
- * chain or AI-join evaluation, so rows sharing a prompt prefix arrive together.
+ * A partition-local sort on the document placed first in the prompt under each chain or
+ * AI-join evaluation, so rows sharing a prompt prefix arrive together.
  *
  * <pre>
- * before: Filter quail_chain(spec, body)          Filter quail_join(spec, body, term)
+ * before: Filter quail_chain(spec, body)          Filter quail_join(spec, term, body)
  *           +- child                                +- Join ...
- * after:  Filter quail_chain(spec, body)          Filter quail_join(spec, body, term)
- *           +- Sort [body ASC NULLS FIRST], false   +- Sort [body ASC NULLS FIRST], false
- *              +- child                                +- Join ...
+ * after:  Filter quail_chain(spec, body)          Filter quail_join(spec, term, body)
+ *           +- Sort [body ASC NULLS FIRST], false   +- Sort [if ((length(body) > length(term))) body else term
+ *              +- child                                 ASC NULLS FIRST], false
+ *                                                      +- Join ...
  * </pre>
+ *
+ * A join's sort key is the renderer's placement ({@code gpu_worker/ai_calls.py}): the
+ * column the anchor hint names, else per row the longer of the two values (a tie keeps
+ * template order); calls of three or more columns sort by {0}.
  *
  * The sort survives Spark's EliminateSorts below order-insensitive aggregates
  * and joins: that rule only looks through deterministic filters, and the
@@ -47,7 +52,7 @@ public class QuailLocalSort extends AiRule {
         List<Expression> keys = new ArrayList<>();
         for (Expression c : AiCalls.conjuncts(f.condition())) {
             if (AiCalls.isInternal(c, AiCalls.CHAIN) || AiCalls.isInternal(c, AiCalls.JOIN)) {
-                Expression doc = CollectionConverters.asJava(((PythonUDF) c).children()).get(1);
+                Expression doc = AiCalls.placedFirst((PythonUDF) c);
                 if (keys.stream().noneMatch(doc::semanticEquals)) keys.add(doc);
             }
         }

@@ -1,0 +1,194 @@
+package io.quailspark;
+
+import java.util.List;
+import java.util.Locale;
+
+import org.apache.spark.sql.catalyst.catalog.CatalogColumnStat;
+import org.apache.spark.sql.catalyst.catalog.CatalogTable;
+import org.apache.spark.sql.catalyst.expressions.Attribute;
+import org.apache.spark.sql.catalyst.expressions.Expression;
+import org.apache.spark.sql.catalyst.plans.logical.ColumnStat;
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
+import org.apache.spark.sql.catalyst.plans.logical.Statistics;
+import org.apache.spark.sql.catalyst.plans.logical.statsEstimation.EstimationUtils;
+import org.apache.spark.sql.execution.datasources.LogicalRelation;
+import org.apache.spark.sql.internal.SQLConf;
+import scala.Option;
+import scala.jdk.javaapi.CollectionConverters;
+
+/**
+ * The one cost model of AI calls: speed-of-light seconds of the tokens a prompt computes,
+ * for the model shape the installed engine runs (docs/architecture.md, "Speed of light"):
+ *
+ * <pre>
+ * FLOPs = 2 * N_lin * fresh + 4 * L * n_q * d * attended_pairs + 2 * d_model * |answer ids|
+ * seconds = FLOPs / rate
+ * </pre>
+ *
+ * {@code quail_spark.install} puts the shape into the session's conf ({@code spark.quail.model.*});
+ * without it the rules price SmolLM2-135M on a CPU. Token counts: a template's from its
+ * characters; a document column's from Spark's column statistics ({@code avgLen} of
+ * {@code ANALYZE TABLE ... COMPUTE STATISTICS FOR COLUMNS}), else a {@code tokens} hint, else
+ * {@link #DEFAULT_DOC_TOKENS}. KV sharing: a predicate after the first of a fused chain
+ * computes only its question; a join's anchor prefix is computed once per anchor.
+ */
+final class AiCost {
+    static final String CONF = "spark.quail.model.";
+    static final double DEFAULT_SELECTIVITY = 0.5;
+    static final double DEFAULT_DOC_TOKENS = 300;
+    static final double DEFAULT_ROWS = 1000;      // a side whose rows Spark cannot estimate
+    static final double CHARS_PER_TOKEN = 4.0;
+    // fixed parts of a prompt in tokens (a chat template's estimate)
+    static final double HEADER = 12, SEPARATOR = 2, DOC2_LABEL = 5, CUE = 6, ANSWER_IDS = 2;
+
+    final String model;
+    final double nLin, layers, qHeads, headDim, hidden, rate;
+
+    private AiCost(String model, double nLin, double layers, double qHeads, double headDim, double hidden,
+                   double rate) {
+        this.model = model;
+        this.nLin = nLin;
+        this.layers = layers;
+        this.qHeads = qHeads;
+        this.headDim = headDim;
+        this.hidden = hidden;
+        this.rate = rate;
+    }
+
+    /** The shape of this session's engine, from spark.quail.model.* (SmolLM2-135M on a CPU by default). */
+    static AiCost session() {
+        return new AiCost(SQLConf.get().getConfString(CONF + "name", "smollm2-135m"),
+            conf("n_lin", 106_168_320), conf("layers", 30), conf("q_heads", 9), conf("head_dim", 64),
+            conf("hidden", 576), conf("rate", 1e11));
+    }
+
+    private static double conf(String key, double dflt) {
+        try {
+            return Double.parseDouble(SQLConf.get().getConfString(CONF + key, Double.toString(dflt)).trim());
+        } catch (NumberFormatException e) {
+            return dflt;
+        }
+    }
+
+    /** Requested and fresh tokens and SoL seconds of some prompts. */
+    static final class Cost {
+        final double requested, fresh, seconds;
+
+        Cost(double requested, double fresh, double seconds) {
+            this.requested = requested;
+            this.fresh = fresh;
+            this.seconds = seconds;
+        }
+
+        Cost plus(Cost o) {
+            return new Cost(requested + o.requested, fresh + o.fresh, seconds + o.seconds);
+        }
+
+        Cost times(double k) {
+            return new Cost(requested * k, fresh * k, seconds * k);
+        }
+
+        String json() {
+            return String.format(Locale.ROOT, "{\"requested\": %.6g, \"fresh\": %.6g, \"seconds\": %.6g}",
+                requested, fresh, seconds);
+        }
+    }
+
+    static final Cost ZERO = new Cost(0, 0, 0);
+
+    /** {@code n} prompts with {@code cached} tokens from cache and {@code fresh} computed; {@code head} answer rows. */
+    Cost prompts(double n, double cached, double fresh, double head) {
+        double pairs = fresh * cached + fresh * (fresh + 1) / 2;
+        double flops = 2 * nLin * fresh + 4 * layers * qHeads * headDim * pairs + 2 * hidden * head;
+        return new Cost(n * (cached + fresh), n * fresh, n * flops / rate);
+    }
+
+    /** One row of a filter (score, classify): the document computed, or already cached in its chain. */
+    Cost filter(double docTokens, double questionTokens, boolean docCached) {
+        double doc = HEADER + docTokens, ask = SEPARATOR + questionTokens + CUE;
+        return docCached ? prompts(1, doc, ask, ANSWER_IDS) : prompts(1, 0, doc + ask, ANSWER_IDS);
+    }
+
+    /** An AI join over anchors x partners: anchor and question once per anchor, partner and cue per pair. */
+    Cost join(double anchors, double anchorTokens, double partners, double partnerTokens, double questionTokens) {
+        double prefix = HEADER + anchorTokens + SEPARATOR + questionTokens;
+        Cost once = prompts(anchors, 0, prefix, 0);
+        Cost perPair = prompts(anchors * partners, prefix, DOC2_LABEL + partnerTokens + CUE, ANSWER_IDS);
+        return new Cost(perPair.requested, once.fresh + perPair.fresh, once.seconds + perPair.seconds);
+    }
+
+    /** Hellerstein's rank: cost per row / (1 - selectivity). */
+    static double rank(double seconds, double selectivity) {
+        return seconds / (1.0 - Math.min(Math.max(selectivity, 0.0), 0.999));
+    }
+
+    static double textTokens(String text) {
+        return Math.max(1.0, Math.ceil(text.length() / CHARS_PER_TOKEN));
+    }
+
+    /**
+     * Rows of a plan from Spark's statistics (rowCount; a single table's ANALYZE count; else size
+     * over row width), or null when unknown: a leaf below has Spark's "no idea" size (an RDD).
+     */
+    static Double rows(LogicalPlan p) {
+        Statistics s = p.stats();
+        if (s.rowCount().isDefined()) return s.rowCount().get().doubleValue();
+        List<LogicalPlan> leaves = CollectionConverters.asJava(p.collectLeaves());
+        if (leaves.size() == 1 && leaves.get(0) instanceof LogicalRelation) {  // ANALYZE TABLE's count
+            Option<CatalogTable> t = ((LogicalRelation) leaves.get(0)).catalogTable();
+            if (t.isDefined() && t.get().stats().isDefined() && t.get().stats().get().rowCount().isDefined()) {
+                return t.get().stats().get().rowCount().get().doubleValue();
+            }
+        }
+        double unknown = SQLConf.get().defaultSizeInBytes();
+        for (LogicalPlan leaf : leaves) {
+            if (leaf.stats().sizeInBytes().doubleValue() >= unknown) return null;
+        }
+        return s.sizeInBytes().doubleValue() / Math.max(1.0, EstimationUtils.getSizePerRow(p.output(),
+            EstimationUtils.getSizePerRow$default$2()).doubleValue());
+    }
+
+    /** Average tokens of a column from Spark's column statistics (avgLen in bytes), or null without them. */
+    static Double statsTokens(Expression col, LogicalPlan plan) {
+        if (!(col instanceof Attribute)) return null;
+        Attribute a = (Attribute) col;
+        for (LogicalPlan leaf : CollectionConverters.asJava(plan.collectLeaves())) {
+            if (!leaf.outputSet().contains(a)) continue;
+            Option<ColumnStat> cs = leaf.stats().attributeStats().get(a);
+            if (cs.isDefined() && cs.get().avgLen().isDefined()) {
+                return ((Number) cs.get().avgLen().get()).doubleValue() / CHARS_PER_TOKEN;
+            }
+            if (leaf instanceof LogicalRelation) {
+                Option<CatalogTable> t = ((LogicalRelation) leaf).catalogTable();
+                if (t.isDefined() && t.get().stats().isDefined()) {
+                    Option<CatalogColumnStat> c = t.get().stats().get().colStats().get(a.name());
+                    if (c.isDefined() && c.get().avgLen().isDefined()) {
+                        return ((Number) c.get().avgLen().get()).doubleValue() / CHARS_PER_TOKEN;
+                    }
+                }
+            }
+        }
+        return null;
+    }
+
+    /** Tokens of a document column and where the figure came from: statistics, hint, or default. */
+    static final class Tokens {
+        final double tokens;
+        final String source;
+
+        Tokens(double tokens, String source) {
+            this.tokens = tokens;
+            this.source = source;
+        }
+    }
+
+    static Tokens docTokens(Expression col, LogicalPlan plan, Double hinted) {
+        if (hinted != null) return new Tokens(hinted, "hint");
+        Double stats = statsTokens(col, plan);
+        return stats != null ? new Tokens(stats, "statistics") : new Tokens(DEFAULT_DOC_TOKENS, "default");
+    }
+
+    static String num(double x) {
+        return String.format(Locale.ROOT, "%.6g", x);
+    }
+}
