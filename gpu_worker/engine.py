@@ -46,8 +46,9 @@ class Engine(Chunks, Fitting, Passes):
     pairs, classify, count_tokens) hold the engine's lock, so calls from
     several threads on one Engine are serialized and each returns what it
     would alone. Documents are `str` or None; None, empty or whitespace-only
-    documents are NULL and get NaN (-1 for classify); document text is
-    tokenized with special-token parsing off.
+    documents are NULL and get NaN (-1 for classify); documents, questions,
+    instructions and labels are text, tokenized with special-token parsing
+    off (only the chat frame has control tokens).
 
     Examples
     --------

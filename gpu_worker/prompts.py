@@ -8,6 +8,13 @@ classify: <chat pre> DOCUMENT:\\n{doc} | \\n\\n{instruction}\\nOptions:\\nA. ...
 Each segment is tokenized on its own and the ids are concatenated, so a
 document's ids are the same under every question (static segments and each
 distinct question are tokenized once). `render_*` return exactly these ids.
+
+Only the model's chat frame (<chat pre>, <chat post>) is parsed for special
+tokens. Everything else is text, tokenized with special-token parsing off:
+documents, templates (a literal or read from a column), instructions, labels.
+`<|im_end|>` in any of them is ordinary characters, so no value can forge a
+turn of the chat frame; for text without such markers the ids are the same
+either way.
 """
 from __future__ import annotations
 
@@ -19,6 +26,7 @@ TRUE_WORDS = ("Yes", " Yes", "yes", " yes", "YES", "True", " True", "true", "TRU
 FALSE_WORDS = ("No", " No", "no", " no", "NO", "False", " False", "false", "FALSE")
 LETTERS = string.ascii_uppercase
 CUE = "\nAnswer Yes or No."
+SEGMENT_CACHE = 4096  # distinct segments kept tokenized
 
 
 class PromptTooLong(ValueError):
@@ -75,12 +83,16 @@ class Answers:
 
 
 class PromptRenderer:
+    """The layouts above as token ids; the chat frame alone is parsed for special tokens."""
+
     def __init__(self, tokenizer):
         self.tok = tokenizer
         self._cache: dict[str, list[int]] = {}
-        self._docs_tok = None  # the tokenizer of documents (special-token parsing off), built on first use
+        self._docs_tok = None  # the tokenizer of text (special-token parsing off), built on first use
         pre, post = self._chat_frame()
-        self.pre, self.post = self.encode(pre), self.encode(post)
+        # the frame comes from the model's chat template: its control tokens are meant
+        self.pre = self.tok.encode(pre, add_special_tokens=False)
+        self.post = self.tok.encode(post, add_special_tokens=False)
         self.answers = self._answers()
 
     def _chat_frame(self) -> tuple[str, str]:
@@ -92,11 +104,13 @@ class PromptRenderer:
         return "User: ", "\nAssistant:"
 
     def encode(self, text: str) -> list[int]:
-        """Ids of a static segment (cached)."""
+        """Ids of a segment around the documents: layout words and a question, instruction or
+        labels (cached). Text, as a document is: special-token parsing off."""
         ids = self._cache.get(text)
         if ids is None:
-            ids = self.tok.encode(text, add_special_tokens=False)
-            self._cache[text] = ids
+            if len(self._cache) >= SEGMENT_CACHE:  # templates read from a column may all differ
+                self._cache.clear()
+            ids = self._cache[text] = self.encode_docs([text])[0] if text else []
         return ids
 
     def encode_batch(self, texts: list[str | None]) -> list[list[int] | None]:
@@ -109,8 +123,8 @@ class PromptRenderer:
         return out
 
     def encode_docs(self, texts: list[str]) -> list[list[int]]:
-        """Ids of document texts. Special tokens are not parsed: `<|im_start|>` in a
-        document is ordinary text, so a document cannot forge turns of the chat frame.
+        """Ids of texts (documents, and through `encode` the other segments). Special tokens
+        are not parsed: `<|im_start|>` is ordinary text, so no text can forge turns of the chat frame.
         The Rust tokenizer's batch call releases the GIL (it overlaps the engine's work)."""
         if self._docs_tok is None:
             backend = getattr(self.tok, "backend_tokenizer", None)
