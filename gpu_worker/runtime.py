@@ -16,8 +16,9 @@ from .runner import KVCache
 log = logging.getLogger("gpu_worker")
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-CPU_POOL_BYTES = 1 << 30  # default KV pool on CPU: 1 GiB
-CPU_POOL_MAX_TOKENS = 65536
+# Default KV pool on CPU: 1 GiB per engine whatever the model (SmolLM2 in float32: 23,296 tokens of
+# 45 KiB), so a Spark Python worker needs the model + 1 GiB + its own overhead (README, "CPU memory").
+CPU_POOL_BYTES = 1 << 30
 CUDA_POOL_MAX_TOKENS = 1 << 23  # a small model does not take the whole GPU (8M tokens: 1.1 TiB for Qwen3-4B)
 CTX_PER_BUDGET = 16  # context tokens a pass may read (distinct, gathered per layer) per token of its budget
 
@@ -67,7 +68,8 @@ class Runtime:
         return cls(cfg, device, DTYPES[name], ops, budget, max_pos, ctx_budget=CTX_PER_BUDGET * budget)
 
     def size_pool(self, mcfg: ModelConfig):
-        """KV slots: the configured number, else what free memory allows."""
+        """KV slots: the configured number (`kv_pool_tokens`), else on CUDA what free memory
+        allows and on CPU a fixed 1 GiB (`CPU_POOL_BYTES`)."""
         per_slot = KVCache.bytes_per_slot(mcfg, self.dtype)
         if self.config.kv_pool_tokens:
             slots = self.config.kv_pool_tokens
@@ -83,7 +85,7 @@ class Runtime:
             if slots < 4096:
                 raise RuntimeError(f"GPU has {free / 2**30:.1f} GiB free after weights: too little for the KV pool")
         else:
-            slots = min(CPU_POOL_MAX_TOKENS, CPU_POOL_BYTES // per_slot)
+            slots = CPU_POOL_BYTES // per_slot
         self.kv_slots = max(16, slots // 16 * 16)
         log.info("KV pool: %d slots (%.2f GiB), token budget %d, context budget %d", self.kv_slots,
                  self.kv_slots * per_slot / 2**30, self.token_budget, self.ctx_budget)
