@@ -18,11 +18,12 @@ Every function records what the engine did in a :class:`Recorder`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
 
+from .ai_columns import chunks
 from .prompts import PromptTooLong
 
 ENGINE_COUNTERS = ("requested_tokens", "fresh_tokens", "reused_tokens", "kv_regret_tokens",
@@ -130,24 +131,6 @@ class RowError(ValueError):
 
 
 CHUNK_BYTES = 1 << 20  # with no LIMIT, a chunk also holds >= 1 MiB (~250k tokens of text: ~8 full passes)
-
-
-def chunks(batches: Iterable[pa.RecordBatch], rows: int, min_bytes: int = 0) -> Iterator[pa.Table]:
-    """Gather record batches into tables of at least ``rows`` rows and ``min_bytes`` bytes
-    (the last may be smaller): an engine call per few hundred short rows would leave the
-    device idle between calls."""
-    held, n, size = [], 0, 0
-    for b in batches:
-        if b.num_rows == 0:
-            continue
-        held.append(b)
-        n += b.num_rows
-        size += b.nbytes
-        if n >= rows and size >= min_bytes:
-            yield pa.Table.from_batches(held)
-            held, n, size = [], 0, 0
-    if held:
-        yield pa.Table.from_batches(held)
 
 
 def run_pipeline(engine, batches, spec: PipelineSpec, rec: Recorder,

@@ -2,9 +2,10 @@
 
 Each input batch holds the key, the referenced input columns and, per AI column
 ``i``, ``__n{i}`` (compute it for this row?), ``__o{i}`` (the value kept from
-the previous output) and ``__h{i}`` (the row's new content hash for it). Every
-value comes from :func:`gpu_worker.ai_calls.evaluate` (the one rendering and
-NULL rule of every path). A row that cannot be scored gets its reason in
+the previous output) and ``__h{i}`` (the row's new content hash for it). The
+values come from :func:`gpu_worker.ai_columns.evaluate_batch`, the per-batch
+evaluation of ``quail_spark.ArrowMapper`` too (one rendering and NULL rule of
+every path). A row that cannot be scored gets its reason in
 ``_ai_error`` and the task goes on; a batch that raises is retried by Spark and,
 on the last attempt Spark allows, is written with ``_ai_error`` set on its rows.
 
@@ -23,7 +24,6 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyspark.accumulators import AccumulatorParam
 
-ARROW_TYPES = {"boolean": pa.bool_(), "double": pa.float64(), "string": pa.string()}
 TEST_FAIL_FIRST_ATTEMPT = "spark.quail.enrich.test.failFirstAttempt"  # TEST ONLY settings
 TEST_BATCH_DELAY = "spark.quail.enrich.test.batchDelaySeconds"
 
@@ -78,102 +78,47 @@ class CountersParam(AccumulatorParam):
 
 def evaluate_batch(plan: StagePlan, batch: pa.RecordBatch, attempt: int = 0):
     """(output batch, counters) of one input batch."""
+    from gpu_worker.ai_columns import evaluate_batch as ai_values
+
+    from quail_spark.executor import get_engine
+
     n = batch.num_rows
-    errors: list[list[str]] = [[] for _ in range(n)]
-    texts, decode_errors = _texts(batch, plan.columns)
+    need = [batch.column(f"__n{i}").to_pylist() for i in range(len(plan.columns))]
+    got = ai_values(lambda: get_engine(plan.engine_conf), plan.columns, batch, need,
+                    None if attempt + 1 < plan.max_failures else _failed(attempt))
     values, hashes = [], [dict() for _ in range(n)]
-    counts = {"rows": n, "truncated": 0, "requested_tokens": 0, "fresh_tokens": 0,
-              "kv_regret_tokens": 0}
-    need_any = [False] * n
     for i, col in enumerate(plan.columns):
-        need = batch.column(f"__n{i}").to_pylist()
         new_hash = batch.column(f"__h{i}").to_pylist()
-        vals = batch.column(f"__o{i}").to_pylist()
-        rows = []
+        vals = batch.column(f"__o{i}").to_pylist()  # kept from the previous output where not needed
         for r in range(n):
-            if not need[r]:
-                hashes[r][col.name] = new_hash[r]  # kept from the previous output
-                continue
-            need_any[r], vals[r] = True, None
-            bad = [decode_errors[(x, r)] for x in col.inputs if (x, r) in decode_errors]
-            if bad:
-                errors[r].append(f"{col.name}: {bad[0]}")
-            else:
-                rows.append(r)
-        if rows:
-            got, errs = _evaluate(plan, col, texts, rows, attempt, counts)
-            for r, v, e in zip(rows, got, errs):
-                vals[r] = v
-                if e is None:
-                    hashes[r][col.name] = new_hash[r]
-                else:
-                    errors[r].append(f"{col.name}: {e}")
-        values.append(pa.array(vals, ARROW_TYPES[col.result_type]))
-    counts["computed"] = sum(need_any)
-    counts["errored"] = sum(1 for e in errors if e)
+            if need[i][r]:
+                vals[r] = got.values[i][r]
+            if not need[i][r] or r not in got.failed[i]:
+                hashes[r][col.name] = new_hash[r]
+        values.append(pa.array(vals, col.arrow_type))
+    c = got.counters
+    counts = {"rows": n, "truncated": c["truncated_rows"], "requested_tokens": c["requested_tokens"],
+              "fresh_tokens": c["fresh_tokens"], "kv_regret_tokens": c["kv_regret_tokens"],
+              "computed": sum(any(x[r] for x in need) for r in range(n)),
+              "errored": sum(1 for e in got.errors if e)}
     out = pa.RecordBatch.from_arrays(
-        [batch.column(plan.key), *values,
-         pa.array(["; ".join(e) if e else None for e in errors], pa.string()),
-         pa.array([hash_text(h) for h in hashes], pa.string())],
+        [batch.column(plan.key), *values, got.error_column(), pa.array([hash_text(h) for h in hashes], pa.string())],
         names=[plan.key, *[c.name for c in plan.columns], "_ai_error", "_ai_hash"])
     return out, counts
+
+
+def _failed(attempt: int):
+    """The reason each row of a batch gets when its engine call raised on the last attempt."""
+    def why(e: Exception) -> str:
+        text = f"batch failed after {attempt + 1} attempt(s): {type(e).__name__}: {e}"
+        logging.getLogger("gpu_worker").error("enrich: %s", text)
+        return text
+    return why
 
 
 def hash_text(hashes: dict) -> str:
     """``_ai_hash`` exactly as Spark's ``to_json`` writes a map with sorted keys."""
     return json.dumps(hashes, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def _evaluate(plan: StagePlan, col, texts, rows, attempt, counts):
-    """(values, per-row error or None) of one AI column over ``rows`` of the batch."""
-    from gpu_worker.ai_calls import evaluate, is_null
-
-    from quail_spark.executor import get_engine
-
-    cols = [[texts[x][r] for r in rows] for x in col.inputs]
-    errs: list = [None] * len(rows)
-    if all(any(is_null(c[i]) for c in cols) for i in range(len(rows))):
-        return [None] * len(rows), errs  # the NULL rule: no prompt, no engine needed
-    try:
-        eng = get_engine(plan.engine_conf)
-        before = dict(eng.stats)
-        got = evaluate(eng, col.call, cols, errors=errs,
-                       where=lambda i: f"row with {plan.key} at batch position {rows[i]}")
-        for k in ("requested_tokens", "fresh_tokens", "kv_regret_tokens"):
-            counts[k] += eng.stats[k] - before[k]
-        counts["truncated"] += eng.stats["truncated_rows"] - before["truncated_rows"]
-    except Exception as e:  # noqa: BLE001 - a failed batch becomes per-row errors on the last attempt
-        if attempt + 1 < plan.max_failures:
-            raise
-        why = f"batch failed after {attempt + 1} attempt(s): {type(e).__name__}: {e}"
-        logging.getLogger("gpu_worker").error("enrich %s: %s", col.name, why)
-        return [None] * len(rows), [None if any(is_null(c[i]) for c in cols) else why for i in range(len(rows))]
-    return got, errs
-
-
-def _texts(batch, columns):
-    """Referenced columns as Python str/None; binary is decoded as UTF-8, per row.
-
-    Returns (name -> list, {(name, row): why} for undecodable values).
-    """
-    out, bad = {}, {}
-    for name in {x for c in columns for x in c.inputs}:
-        arr = batch.column(name)
-        if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
-            try:
-                out[name] = arr.to_pylist()
-                continue
-            except UnicodeDecodeError:
-                arr = arr.cast(pa.binary())
-        vals = []
-        for r, v in enumerate(arr.to_pylist()):
-            try:
-                vals.append(None if v is None else v.decode("utf-8"))
-            except UnicodeDecodeError as e:
-                bad[(name, r)] = f"undecodable text in column {name!r} ({e.reason} at byte {e.start})"
-                vals.append(None)
-        out[name] = vals
-    return out, bad
 
 
 class Progress:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpu_worker.ai_calls import Call
+from gpu_worker.ai_columns import AIColumn
 
 KEYS = {"input": "input path (.parquet/.jsonl/.json/.csv) or catalog table",
         "output": "output Parquet path, or 'iceberg:<namespace>.<table>'",
@@ -29,7 +30,6 @@ KEYS = {"input": "input path (.parquet/.jsonl/.json/.csv) or catalog table",
         "engine": "other EngineConfig fields", "catalog": "pyiceberg catalog properties (Iceberg output)"}
 REQUIRED = ("input", "output", "key", "columns")
 FUNCTIONS = {"ai_if": "if", "ai_filter": "if", "ai_score": "score", "ai_classify": "classify"}
-RESULT_TYPES = {"if": "boolean", "score": "double", "classify": "string"}
 # Engine settings that change results; the others (budgets, device, caches) only change speed.
 VALUE_SETTINGS = ("dtype", "on_overflow", "max_prompt_tokens", "seed", "tokenizer", "quantize")
 RESERVED = ("_ai_error", "_ai_hash")
@@ -37,20 +37,6 @@ RESERVED = ("_ai_error", "_ai_hash")
 
 class SpecError(ValueError):
     """A spec that cannot run; the message names the key or column at fault."""
-
-
-@dataclass(frozen=True)
-class AIColumn:
-    """One output column: an AI call over input columns."""
-
-    name: str
-    expr: str          # canonical SQL of the call
-    call: Call
-    inputs: tuple      # input column names, in argument order
-
-    @property
-    def result_type(self) -> str:
-        return RESULT_TYPES[self.call.kind]
 
 
 @dataclass(frozen=True)

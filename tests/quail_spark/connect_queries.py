@@ -47,7 +47,8 @@ def run(spark) -> dict:
             "rewritten": rewritten}
 
 
-def main() -> None:
+def connect_session():
+    """A Spark Connect session on pyspark's bundled local server, set up like the tests' classic one."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     import quail_spark
     from pyspark.sql import SparkSession
@@ -61,6 +62,12 @@ def main() -> None:
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     assert type(spark).__module__.startswith("pyspark.sql.connect"), type(spark)
+    return spark
+
+
+def main(run=run) -> None:
+    """Print ``run(spark)`` of a Connect session as one JSON line."""
+    spark = connect_session()
     try:
         print(json.dumps(run(spark)))
     finally:

@@ -42,7 +42,7 @@ def test_documents_are_name_value_lines():
 
 def test_chunks_gather_small_batches():
     sizes = [t.num_rows for t in part.chunks(batches(2), 5)]
-    assert sizes == [6] and [t.num_rows for t in part.chunks(batches(2), 2)] == [2, 2, 2]
+    assert sizes == [6] and [t.num_rows for t in part.chunks(batches(2), 2, 0)] == [2, 2, 2]
 
 
 def test_pipeline_is_the_chain_then_columns(tiny):

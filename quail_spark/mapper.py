@@ -1,0 +1,126 @@
+"""AI columns for notebooks: :class:`ArrowMapper` for ``df.mapInArrow`` and :func:`with_ai_columns`.
+
+A thin Spark-side wrapper: the columns are parsed and checked on the driver
+(the enrichment spec's expressions and parser), plain data travels to the
+executors, and each task's batches go through
+:func:`gpu_worker.ai_columns.with_columns` with the worker's cached engine
+(``quail_spark.executor.get_engine``, the one the SQL functions use for the
+same settings). Counters go to the session's metrics folder like the SQL
+functions' (:func:`quail_spark.metrics`). Works under Spark Connect: nothing
+but plain data and this module's class crosses to the workers.
+"""
+from __future__ import annotations
+
+from quail_spark import executor
+
+
+class ArrowMapper:
+    """A picklable function for ``df.mapInArrow(m, m.schema)`` that adds AI columns.
+
+    Parameters
+    ----------
+    input_schema : StructType
+        The schema of the DataFrame it will map (``df.schema``).
+    columns : dict
+        Output column name -> one AI call over input columns, as in an enrichment spec:
+        ``"ai_if('Is {0} a complaint?', body)"``, ``"ai_score('Is {0} urgent?', body)"``,
+        ``"ai_classify(body, array('bug', 'praise'))"``. The columns' values equal
+        ``spark.sql``'s for the same expressions (one prompt rendering, one NULL rule).
+    model, device : str
+        As in :func:`quail_spark.install` (``device='cuda'`` takes the GPU Spark assigned each task).
+    spark : SparkSession, optional
+        The session whose metrics folder receives the counters (default: the active session).
+    **engine
+        Other ``EngineConfig`` fields (``token_budget``, ``on_overflow``, ``seed`` ...).
+
+    Attributes
+    ----------
+    schema : StructType
+        The input columns, then the AI columns in order (boolean, double or string), then
+        ``_ai_error`` (string): NULL, or why the row could not be scored (an over-long prompt
+        under ``on_overflow='error'``, text that is not UTF-8); the row's neighbours are scored.
+
+    Examples
+    --------
+    >>> import quail_spark
+    >>> df = spark.createDataFrame([(1, "My parcel never arrived!")], "id int, body string")  # doctest: +SKIP
+    >>> m = quail_spark.ArrowMapper(df.schema, {"complaint": "ai_if('Is {0} a complaint?', body)"},
+    ...                             model="smollm2-135m", device="cpu")            # doctest: +SKIP
+    >>> df.mapInArrow(m, m.schema).columns                                        # doctest: +SKIP
+    ['id', 'body', 'complaint', '_ai_error']
+    """
+
+    def __init__(self, input_schema, columns: dict, model: str = "smollm2-135m", device: str = "cpu", *,
+                 spark=None, **engine):
+        from pyspark.sql import SparkSession
+        from pyspark.sql.types import StringType, StructField, StructType, _parse_datatype_string
+
+        from quail_spark.metrics import session_dir
+
+        spark = spark if spark is not None else SparkSession.getActiveSession()
+        self.columns = parse_columns(columns)
+        check_inputs(input_schema, self.columns)
+        self.engine_conf = executor.engine_conf(model, executor.session_device(spark, device), **engine)
+        self.metrics_dir = session_dir(spark) if spark is not None else None
+        self.schema = StructType([*input_schema.fields,
+                                  *[StructField(c.name, _parse_datatype_string(c.result_type)) for c in self.columns],
+                                  StructField("_ai_error", StringType())])
+
+    def __call__(self, batches):
+        from gpu_worker.ai_columns import with_columns_counted
+
+        from quail_spark.metrics import append, delta, snapshot
+
+        eng = executor.get_engine(self.engine_conf)
+        chunks = with_columns_counted(lambda: eng, self.columns, batches)
+        while True:
+            before = snapshot(eng.stats)
+            try:
+                table, got = next(chunks)
+            except StopIteration:
+                return
+            append(self.metrics_dir, delta(before, eng.stats, errored_rows=sum(1 for e in got.errors if e)))
+            yield from table.to_batches()
+
+
+def with_ai_columns(df, columns: dict, model: str = "smollm2-135m", device: str = "cpu", **engine):
+    """``df`` with AI columns and ``_ai_error`` appended: ``df.mapInArrow`` over an :class:`ArrowMapper`.
+
+    Parameters and the output's columns are those of :class:`ArrowMapper`.
+
+    Examples
+    --------
+    >>> import quail_spark
+    >>> out = quail_spark.with_ai_columns(df, {"urgency": "ai_score('Does {0} need an answer today?', body)",
+    ...                                        "label": "ai_classify(body, array('bug', 'praise'))"},
+    ...                                   model="smollm2-135m", device="cpu")   # doctest: +SKIP
+    >>> out.select("id", "urgency", "label", "_ai_error").show()               # doctest: +SKIP
+    """
+    m = ArrowMapper(df.schema, columns, model, device, spark=df.sparkSession, **engine)
+    return df.mapInArrow(m, m.schema)
+
+
+def parse_columns(columns) -> tuple:
+    """The AIColumns of ``{name: expression}`` (the enrichment spec's parser)."""
+    from quail_spark.enrich.spec import parse_column
+
+    if not isinstance(columns, dict) or not columns:
+        raise ValueError(f"columns: expected {{name: AI call expression}} with at least one entry, got {columns!r}")
+    return tuple(parse_column(name, expr) for name, expr in columns.items())
+
+
+def check_inputs(schema, columns) -> None:
+    """Each AI column's documents are text columns of ``schema``; its name is new."""
+    from pyspark.sql.types import BinaryType, StringType
+
+    types = {f.name: f.dataType for f in schema.fields}
+    for c in columns:
+        if c.name in types or c.name == "_ai_error":
+            raise ValueError(f"column {c.name!r}: the name is taken (input columns {sorted(types)}, '_ai_error')")
+        for x in c.inputs:
+            if x not in types:
+                raise ValueError(f"column {c.name!r}: input column {x!r} is not in the input schema "
+                                 f"(columns {sorted(types)})")
+            if not isinstance(types[x], (StringType, BinaryType)):
+                raise TypeError(f"column {c.name!r}: input column {x!r} is {types[x].simpleString()}; a document "
+                                f"must be a string: cast it first (df.withColumn({x!r}, df[{x!r}].cast('string')))")
