@@ -200,6 +200,36 @@ def udf_join(conf, run, spec, *cols):
     return pa.array(got, pa.bool_())
 
 
+def udf_match(conf, run, spec, *cols):
+    """Arrow UDF body of the internal ``quail_match(spec, col0s, col1s[, ...])`` of outer, semi and anti AI joins.
+
+    ``spec`` is JSON ``{"template": ...}``; each column is, per preserved row, the list
+    of the call's argument values over that row's partner rows (equal lengths). Returns
+    per row the list of the answers of ``ai_if(template, col0, col1, ...)`` on each pair
+    (NULL for a pair with a NULL, empty or whitespace-only value): all pairs of the batch
+    are evaluated together.
+    """
+    import json
+
+    from gpu_worker.ai_calls import Call, evaluate
+
+    for i, c in enumerate(cols):
+        if not (pa.types.is_list(c.type) or pa.types.is_large_list(c.type)):
+            raise TypeError(f"quail_match: argument {i + 2} must be a list of documents, got {c.type}")
+    flat = [c.flatten() for c in cols]  # respects slicing; a NULL list contributes nothing
+    _check_strings("quail_match", spec, flat)
+    lengths = np.nan_to_num(cols[0].value_lengths().to_numpy(zero_copy_only=False).astype(float)).astype(np.int64)
+    if any(len(f) != int(lengths.sum()) for f in flat):
+        raise ValueError("quail_match: the argument lists of a row differ in length")
+    call = Call("if", json.loads(spec[0].as_py())["template"], len(cols))
+    pairs = list(range(len(flat[0])))
+    with _metered(conf, run) as eng:
+        got = evaluate(eng, call, [f.to_pylist() for f in flat],
+                       where=_where("ai_if (outer, semi or anti AI join, quail_match)", pairs, len(cols)))
+    offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]), pa.int32())
+    return pa.ListArray.from_arrays(offsets, pa.array(got, pa.bool_()))
+
+
 def _per_template(conf, run, kind: str, args) -> list:
     from gpu_worker.ai_calls import Call, evaluate
 

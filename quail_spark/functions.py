@@ -36,7 +36,8 @@ from quail_spark.metrics import session_dir
 FUNCTIONS = {"ai_if": ("boolean", executor.udf_if), "ai_filter": ("boolean", executor.udf_if),
              "ai_score": ("double", executor.udf_score), "ai_classify": ("string", executor.udf_classify)}
 # made by the optimizer rules only; non-deterministic so that Spark keeps them where the rules put them
-INTERNAL = {"quail_chain": ("boolean", executor.udf_chain), "quail_join": ("boolean", executor.udf_join)}
+INTERNAL = {"quail_chain": ("boolean", executor.udf_chain), "quail_join": ("boolean", executor.udf_join),
+            "quail_match": ("array<boolean>", executor.udf_match)}
 
 
 def install(spark, model: str = "smollm2-135m", device: str = "cpu", **engine_conf) -> dict:

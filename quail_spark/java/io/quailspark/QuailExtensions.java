@@ -13,7 +13,8 @@ import scala.runtime.BoxedUnit;
  * <p>Injects the AI rules into Catalyst's operator-optimization batch (run to a
  * fixed point, before Spark's "Extract Python UDFs" batch, so the rules see the
  * AI functions as {@code PythonUDF} expressions). Every rule is idempotent and
- * a no-op when {@code spark.quail.optimizer.enabled=false}. Two analysis rules run on
+ * a no-op when {@code spark.quail.optimizer.enabled=false}, except the two without
+ * which a query cannot run: {@link QuailOuterJoin} and {@link QuailAiSubquery}. Two analysis rules run on
  * every path: {@link QuailHintStruct} turns map hints into structs, then
  * {@link QuailAnchorHint} resolves the anchor hint to an argument position; one
  * check rule, {@link QuailArgTypes}, refuses a non-string document argument by name.
@@ -24,6 +25,8 @@ public class QuailExtensions extends AbstractFunction1<SparkSessionExtensions, B
     public BoxedUnit apply(SparkSessionExtensions ext) {
         ext.injectPostHocResolutionRule(new Builder(3));
         ext.injectPostHocResolutionRule(new Builder(4));
+        ext.injectOptimizerRule(new Builder(6));
+        ext.injectOptimizerRule(new Builder(7));
         ext.injectOptimizerRule(new Builder(0));
         ext.injectOptimizerRule(new Builder(5));
         ext.injectOptimizerRule(new Builder(1));
@@ -58,6 +61,8 @@ public class QuailExtensions extends AbstractFunction1<SparkSessionExtensions, B
                 case 2: return new QuailLocalSort(session);
                 case 3: return new QuailHintStruct();
                 case 5: return new QuailAiJoinOrder(session);
+                case 6: return new QuailOuterJoin(session);
+                case 7: return new QuailAiSubquery(session);
                 default: return new QuailAnchorHint();
             }
         }

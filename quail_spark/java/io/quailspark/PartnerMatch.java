@@ -1,0 +1,292 @@
+package io.quailspark;
+
+import java.util.ArrayList;
+import java.util.List;
+
+import org.apache.spark.sql.SparkSession;
+import org.apache.spark.sql.catalyst.expressions.Alias;
+import org.apache.spark.sql.catalyst.expressions.Attribute;
+import org.apache.spark.sql.catalyst.expressions.AttributeSet;
+import org.apache.spark.sql.catalyst.expressions.ArrayFilter;
+import org.apache.spark.sql.catalyst.expressions.ArrayTransform;
+import org.apache.spark.sql.catalyst.expressions.CreateNamedStruct;
+import org.apache.spark.sql.catalyst.expressions.EqualNullSafe;
+import org.apache.spark.sql.catalyst.expressions.EqualTo;
+import org.apache.spark.sql.catalyst.expressions.ExprId;
+import org.apache.spark.sql.catalyst.expressions.Expression;
+import org.apache.spark.sql.catalyst.expressions.GetArrayItem;
+import org.apache.spark.sql.catalyst.expressions.GetStructField;
+import org.apache.spark.sql.catalyst.expressions.If;
+import org.apache.spark.sql.catalyst.expressions.IsNull;
+import org.apache.spark.sql.catalyst.expressions.LambdaFunction;
+import org.apache.spark.sql.catalyst.expressions.Literal;
+import org.apache.spark.sql.catalyst.expressions.NamedExpression;
+import org.apache.spark.sql.catalyst.expressions.NamedExpression$;
+import org.apache.spark.sql.catalyst.expressions.NamedLambdaVariable;
+import org.apache.spark.sql.catalyst.expressions.PythonUDF;
+import org.apache.spark.sql.catalyst.expressions.aggregate.AggregateExpression$;
+import org.apache.spark.sql.catalyst.expressions.aggregate.CollectList;
+import org.apache.spark.sql.catalyst.expressions.aggregate.Complete$;
+import org.apache.spark.sql.catalyst.plans.LeftOuter$;
+import org.apache.spark.sql.catalyst.plans.logical.Aggregate;
+import org.apache.spark.sql.catalyst.plans.logical.Join;
+import org.apache.spark.sql.catalyst.plans.logical.JoinHint$;
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
+import org.apache.spark.sql.catalyst.plans.logical.Project;
+import org.apache.spark.sql.catalyst.util.GenericArrayData;
+import org.apache.spark.sql.types.ArrayType;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.IntegerType$;
+import org.apache.spark.sql.types.StringType;
+import org.apache.spark.sql.types.StructType;
+import scala.Option;
+import scala.jdk.javaapi.CollectionConverters;
+import scala.runtime.AbstractPartialFunction;
+
+/**
+ * The partner rows that match each row of a preserved side under a condition with
+ * AI predicates: the building block of outer, semi and anti AI joins (the rules
+ * {@link QuailOuterJoin} and {@link QuailAiSubquery}).
+ *
+ * <pre>
+ * preserved p, partner q, condition (p.k = q.k AND q.n &lt; 3 AND ai_if('Does {0} mention {1}?', p.body, q.term)):
+ *
+ * Project [p.*, filter(parts, (x, i) -&gt; m0[i]) AS matched]
+ * +- Project [p.*, parts, quail_match(spec, transform(parts, x -&gt; p.body), transform(parts, x -&gt; x.term)) AS m0]
+ *    +- Project [p.*, filter(coalesce(parts, []), x -&gt; x.n &lt; 3) AS parts]
+ *       +- Join LeftOuter, (p.k = k0)                  (no equality conjunct: no key, one partner row)
+ *          :- p
+ *          +- Aggregate [q.k AS k0], [q.k AS k0, collect_list(struct(q.*)) AS parts]
+ *             +- q
+ * </pre>
+ *
+ * Each preserved row appears once, with the list of its partner rows (equality
+ * conjuncts of the condition group the partners, a hash join; otherwise every row
+ * sees the one list of all partners); relational conjuncts thin the list; one
+ * {@code quail_match} call per AI predicate evaluates it on every (row, partner)
+ * pair through gpu_worker/ai_calls (the one renderer and NULL rule); the matched
+ * partners are those for which the whole condition is TRUE (a NULL is not a match).
+ */
+final class PartnerMatch {
+    static final String MATCH = "quail_match";
+
+    /** preserved.output followed by {@link #matched}. */
+    final LogicalPlan plan;
+    /** array&lt;struct&lt;c0, c1, ...&gt;&gt;: the matching partner rows, fields in partner output order. */
+    final Attribute matched;
+    final List<Attribute> partner;
+
+    private PartnerMatch(LogicalPlan plan, Attribute matched, List<Attribute> partner) {
+        this.plan = plan;
+        this.matched = matched;
+        this.partner = partner;
+    }
+
+    /** Whether {@code cond} holds an AI call this rewrite evaluates pairwise (an ai_if / ai_filter). */
+    static boolean applies(Expression cond) {
+        return AiCalls.containsAi(cond);
+    }
+
+    /** The plan of matches, or null when the condition has an AI call other than ai_if / ai_filter
+     *  with a literal template, or install() did not register quail_match in this session. */
+    static PartnerMatch build(SparkSession session, LogicalPlan preserved, LogicalPlan partnerPlan,
+                              Expression cond) {
+        AttributeSet pSide = preserved.outputSet(), qSide = partnerPlan.outputSet();
+        List<Expression> pKeys = new ArrayList<>(), qKeys = new ArrayList<>(), rel = new ArrayList<>(),
+            ai = new ArrayList<>();
+        List<Boolean> nullSafe = new ArrayList<>();
+        for (Expression c : AiCalls.conjuncts(cond)) {
+            Expression[] key = equiKey(c, pSide, qSide);
+            if (key != null) {
+                pKeys.add(key[0]);
+                qKeys.add(key[1]);
+                nullSafe.add(c instanceof EqualNullSafe);
+            } else if (AiCalls.containsAi(c)) {
+                ai.add(c);
+            } else {
+                rel.add(c);
+            }
+        }
+        List<PythonUDF> calls = aiCalls(ai);
+        if (calls == null) return null;
+
+        List<Attribute> q = CollectionConverters.asJava(partnerPlan.output());
+        List<Expression> fields = new ArrayList<>();
+        for (int i = 0; i < q.size(); i++) {
+            fields.add(AiCalls.literal("c" + i));
+            fields.add(q.get(i));
+        }
+        Expression struct = new CreateNamedStruct(AiCalls.seq(fields));
+        ArrayType partsType = new ArrayType(struct.dataType(), false);
+
+        // partners grouped by the equality keys: at most one group per preserved row
+        List<NamedExpression> aggs = new ArrayList<>();
+        List<Expression> joinKeys = new ArrayList<>();
+        for (int i = 0; i < qKeys.size(); i++) {
+            Alias k = alias(qKeys.get(i), "quail_key" + i);
+            aggs.add(k);
+            Expression pk = pKeys.get(i), qk = k.toAttribute();
+            joinKeys.add(nullSafe.get(i) ? new EqualNullSafe(pk, qk) : new EqualTo(pk, qk));
+        }
+        Alias parts = alias(AggregateExpression$.MODULE$.apply(new CollectList(struct), Complete$.MODULE$, false,
+            Option.empty()), "quail_partners");
+        aggs.add(parts);
+        LogicalPlan grouped = new Aggregate(AiCalls.seq(qKeys), AiCalls.seq(aggs), partnerPlan, Option.empty());
+        Option<Expression> on = joinKeys.isEmpty() ? Option.empty() : Option.apply(AiCalls.and(joinKeys));
+        LogicalPlan joined = new Join(preserved, grouped, LeftOuter$.MODULE$, on, JoinHint$.MODULE$.NONE());
+
+        // no group (no partner with this key): the empty list; relational conjuncts thin it
+        Attribute grouped0 = parts.toAttribute().withNullability(true);  // NULL: the outer join found no group
+        Expression list = new If(new IsNull(grouped0), Literal.create(new GenericArrayData(new Object[0]), partsType),
+            grouped0);
+        if (!rel.isEmpty()) list = new ArrayFilter(list, lambda(AiCalls.and(rel), q, struct.dataType(), null));
+        Alias thinned = alias(list, "quail_partners");
+        LogicalPlan withParts = project(preserved, List.of(thinned), joined);
+        Attribute partsAttr = thinned.toAttribute();
+
+        // one quail_match per AI call: its answer on every (row, partner) pair
+        List<Alias> answers = new ArrayList<>();
+        for (PythonUDF call : calls) {
+            Expression m = matchCall(session, call, partsAttr, q, struct.dataType());
+            if (m == null) return null;
+            answers.add(alias(m, "quail_match" + answers.size()));
+        }
+        LogicalPlan evaluated = project(preserved, concat(List.of(partsAttr), answers), withParts);
+
+        // matched = the partners for which the whole AI condition is TRUE
+        Expression aiCond = AiCalls.and(ai);
+        NamedLambdaVariable index = new NamedLambdaVariable("i", IntegerType$.MODULE$, false,
+            NamedExpression$.MODULE$.newExprId(), new java.util.concurrent.atomic.AtomicReference<>());
+        Expression byPair = replaceCalls(aiCond, calls, answers, index);
+        Expression matchedExpr = new ArrayFilter(partsAttr, lambda(byPair, q, struct.dataType(), index));
+        Alias matched = alias(matchedExpr, "quail_matched");
+        LogicalPlan out = project(preserved, List.of(matched), evaluated);
+        return new PartnerMatch(out, matched.toAttribute(), q);
+    }
+
+    /** (preserved side, partner side) of an equality between the two sides, else null. */
+    private static Expression[] equiKey(Expression c, AttributeSet pSide, AttributeSet qSide) {
+        if (!(c instanceof EqualTo || c instanceof EqualNullSafe) || AiCalls.containsAi(c) || !c.deterministic()) {
+            return null;
+        }
+        Expression l = c.children().apply(0), r = c.children().apply(1);
+        if (on(l, pSide) && on(r, qSide)) return new Expression[] {l, r};
+        if (on(r, pSide) && on(l, qSide)) return new Expression[] {r, l};
+        return null;
+    }
+
+    private static boolean on(Expression e, AttributeSet side) {
+        return !e.references().isEmpty() && e.references().subsetOf(side);
+    }
+
+    /** The AI calls of the conjuncts, each an ai_if / ai_filter with a literal template; else null. */
+    private static List<PythonUDF> aiCalls(List<Expression> conjuncts) {
+        List<PythonUDF> out = new ArrayList<>();
+        boolean[] ok = {true};
+        for (Expression c : conjuncts) {
+            c.foreach(new scala.runtime.AbstractFunction1<Expression, scala.runtime.BoxedUnit>() {
+                @Override
+                public scala.runtime.BoxedUnit apply(Expression x) {
+                    if (AiCalls.isAi(x)) {
+                        if (AiCalls.predicate(x) == null) ok[0] = false;
+                        else if (out.stream().noneMatch(x::semanticEquals)) out.add((PythonUDF) x);
+                    }
+                    return scala.runtime.BoxedUnit.UNIT;
+                }
+            });
+        }
+        return ok[0] && !out.isEmpty() ? out : null;
+    }
+
+    /** quail_match(spec, transform(parts, x -&gt; col0), ...): the call's answer per partner, as an array. */
+    private static Expression matchCall(SparkSession session, PythonUDF call, Attribute parts, List<Attribute> q,
+                                        DataType elem) {
+        AiCalls.Predicate p = AiCalls.predicate(call);
+        List<Expression> args = new ArrayList<>();
+        args.add(AiCalls.literal("{\"template\": " + AiCalls.json(p.template) + "}"));
+        for (Expression col : p.columns) {
+            if (!(col.dataType() instanceof StringType)) return null;
+            args.add(new ArrayTransform(parts, lambda(col, q, elem, null)));
+        }
+        return AiCalls.call(session, MATCH, args);
+    }
+
+    /** A lambda over a partner struct x (and its index): partner attributes read as x's fields. */
+    private static LambdaFunction lambda(Expression body, List<Attribute> q, DataType elem, NamedLambdaVariable index) {
+        NamedLambdaVariable x = new NamedLambdaVariable("x", elem, false, NamedExpression$.MODULE$.newExprId(),
+            new java.util.concurrent.atomic.AtomicReference<>());
+        StructType st = (StructType) elem;
+        Expression fn = body.transform(new Rewrite() {
+            @Override
+            Expression rewrite(Expression e) {
+                if (!(e instanceof Attribute)) return null;
+                for (int i = 0; i < q.size(); i++) {
+                    if (q.get(i).exprId().equals(((Attribute) e).exprId())) {
+                        return new GetStructField(x, i, Option.apply(st.fields()[i].name()));
+                    }
+                }
+                return null;
+            }
+        });
+        List<NamedExpression> vars = new ArrayList<>(List.of(x));
+        if (index != null) vars.add(index);
+        return new LambdaFunction(fn, AiCalls.seq(vars), false);
+    }
+
+    /** The condition with each AI call read from its answers at the partner's index. */
+    private static Expression replaceCalls(Expression cond, List<PythonUDF> calls, List<Alias> answers,
+                                           NamedLambdaVariable index) {
+        return cond.transform(new Rewrite() {
+            @Override
+            Expression rewrite(Expression e) {
+                for (int k = 0; k < calls.size(); k++) {
+                    if (calls.get(k).semanticEquals(e)) {
+                        return new GetArrayItem(answers.get(k).toAttribute(), index, false);
+                    }
+                }
+                return null;
+            }
+        });
+    }
+
+    static Alias alias(Expression e, String name) {
+        return alias(e, name, NamedExpression$.MODULE$.newExprId());
+    }
+
+    /** An alias with a given id (a rewritten plan keeps the ids its parents read). */
+    static Alias alias(Expression e, String name, ExprId id) {
+        return new Alias(e, name, id, AiCalls.seq(new ArrayList<String>()), Option.empty(),
+            AiCalls.seq(new ArrayList<String>()));
+    }
+
+    /** Project [child's preserved columns ++ extra] over child. */
+    static LogicalPlan project(LogicalPlan preserved, List<? extends NamedExpression> extra, LogicalPlan child) {
+        List<NamedExpression> cols = new ArrayList<>(CollectionConverters.asJava(preserved.output()));
+        cols.addAll(extra);
+        return new Project(AiCalls.seq(cols), child);
+    }
+
+    private static List<NamedExpression> concat(List<? extends NamedExpression> a, List<? extends NamedExpression> b) {
+        List<NamedExpression> out = new ArrayList<>(a);
+        out.addAll(b);
+        return out;
+    }
+
+    /** A partial function for Expression.transform from Java: null leaves the node as it is. */
+    abstract static class Rewrite extends AbstractPartialFunction<Expression, Expression> {
+        abstract Expression rewrite(Expression e);
+
+        @Override
+        public boolean isDefinedAt(Expression e) {
+            return rewrite(e) != null;
+        }
+
+        @Override
+        public <A1 extends Expression, B1> B1 applyOrElse(A1 e, scala.Function1<A1, B1> dflt) {
+            Expression out = rewrite(e);
+            @SuppressWarnings("unchecked")
+            B1 b = out != null ? (B1) out : dflt.apply(e);
+            return b;
+        }
+    }
+}
