@@ -203,7 +203,7 @@ def udf_join(conf, run, spec, *cols):
 def udf_match(conf, run, spec, *cols):
     """Arrow UDF body of the internal ``quail_match(spec, col0s, col1s[, ...])`` of outer, semi and anti AI joins.
 
-    ``spec`` is JSON ``{"template": ...}``; each column is, per preserved row, the list
+    ``spec`` is JSON ``{"template": ..., "anchor_arg": ...}`` (as quail_join's); each column is, per preserved row, the list
     of the call's argument values over that row's partner rows (equal lengths). Returns
     per row the list of the answers of ``ai_if(template, col0, col1, ...)`` on each pair
     (NULL for a pair with a NULL, empty or whitespace-only value): all pairs of the batch
@@ -221,7 +221,8 @@ def udf_match(conf, run, spec, *cols):
     lengths = np.nan_to_num(cols[0].value_lengths().to_numpy(zero_copy_only=False).astype(float)).astype(np.int64)
     if any(len(f) != int(lengths.sum()) for f in flat):
         raise ValueError("quail_match: the argument lists of a row differ in length")
-    call = Call("if", json.loads(spec[0].as_py())["template"], len(cols))
+    s = json.loads(spec[0].as_py())
+    call = Call("if", s["template"], len(cols), anchor=s.get("anchor_arg"))
     pairs = list(range(len(flat[0])))
     with _metered(conf, run) as eng:
         got = evaluate(eng, call, [f.to_pylist() for f in flat],

@@ -2,10 +2,11 @@
 
 :func:`install` registers them as Arrow-batched Python UDFs, so any
 ``spark.sql`` query or DataFrame expression can call them, together with the
-internal UDFs ``quail_chain`` and ``quail_join`` that the optimizer rules of
-the Spark extension (``quail_spark.spark_conf()``) put in place of AI filters
-and AI joins. Every evaluation goes through :mod:`gpu_worker.ai_calls`: one
-prompt rendering, one NULL rule, on every path.
+internal UDFs ``quail_chain``, ``quail_join`` and ``quail_match`` that the
+rules of the Spark extension (``quail_spark.spark_conf()``) put in place of AI
+filters, AI joins and outer / semi / anti AI joins. Every evaluation goes
+through :mod:`gpu_worker.ai_calls`: one prompt rendering, one NULL rule, on
+every path.
 
 Signatures (the template's ``{i}`` is the i-th column after it; an optional
 last argument ``map('selectivity', 0.25, 'anchor', 'n')`` is a hint for the

@@ -40,10 +40,18 @@ def sections(spark, sql: str, on: bool) -> dict:
     return {name: normalise(body) for name, body in zip(parts[1::2], parts[2::2])}
 
 
-def render(spark, sql: str, analysis: bool = False) -> str:
-    """The golden text of ``sql``: the query, then the plan before and after the rules."""
+def render(spark, sql: str, analysis: bool = False, runnable: bool = False) -> str:
+    """The golden text of ``sql``: the query, then the plan before and after the rules.
+    ``runnable``: a rule that runs with the rules off too (it makes the query runnable): before is
+    the analyzed plan, after the optimized plan with the rules off, then with them on."""
     on = sections(spark, sql, True)
-    if analysis:
+    if runnable:
+        off = sections(spark, sql, False)
+        before, after = off["Analyzed Logical Plan"], off["Optimized Logical Plan"]
+        after += "\n\n-- optimized, rules on\n" + on["Optimized Logical Plan"]
+        after += "\n\n-- physical plan, rules on\n" + on["Physical Plan"]
+        labels = ("analyzed", "optimized, rules off")
+    elif analysis:
         before, after = on["Parsed Logical Plan"], on["Analyzed Logical Plan"]
         labels = ("parsed", "analyzed (rules on or off)")
     else:
@@ -53,11 +61,11 @@ def render(spark, sql: str, analysis: bool = False) -> str:
     return (f"-- query\n{sql}\n\n-- before: {labels[0]}\n{before}\n\n-- after: {labels[1]}\n{after}\n")
 
 
-def check(spark, rule: str, case: str, sql: str, analysis: bool = False) -> str:
+def check(spark, rule: str, case: str, sql: str, analysis: bool = False, runnable: bool = False) -> str:
     """Compare the plans of ``sql`` with ``golden/<rule>/<case>.txt`` (rewrite it under the flag);
     returns the text."""
     path = GOLDEN / rule / f"{case}.txt"
-    got = render(spark, sql, analysis)
+    got = render(spark, sql, analysis, runnable)
     if UPDATE:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(got)

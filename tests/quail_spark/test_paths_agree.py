@@ -15,6 +15,7 @@ ANIMAL = "Is {0} about an animal?"
 COMPLAINT = "Is {0} a complaint?"
 LONG = "Is {0} longer than five words?"
 MENTION = "Does {0} mention {1}?"
+AI_PAIR = f"ai_if('{MENTION}', n.body, t.term)"
 
 A_ROWS = [(1, "My parcel was late"), (2, None), (3, ""), (1, "My parcel was late")]
 K_ROWS = [(10, "parcel"), (11, None), (12, ""), (10, "parcel")]
@@ -58,6 +59,14 @@ QUERIES = [
     ("ai_join_with_equality", "SELECT n.id, t.tid FROM notes n JOIN terms t ON n.kind = t.kind "
      f"AND ai_if('{MENTION}', n.body, t.term)", None),
     ("null_key_join", NULL_KEY_JOIN, None),
+    ("left_ai_join", f"SELECT n.id, t.tid FROM notes n LEFT JOIN terms t ON n.kind = t.kind AND {AI_PAIR}", None),
+    ("right_ai_join", f"SELECT n.id, t.tid FROM notes n RIGHT JOIN terms t ON n.kind = t.kind AND {AI_PAIR}", None),
+    ("full_ai_join", f"SELECT n.id, t.tid FROM notes n FULL JOIN terms t ON n.kind = t.kind AND {AI_PAIR}", None),
+    ("exists_ai_join", "SELECT t.tid FROM terms t WHERE EXISTS (SELECT 1 FROM notes n WHERE n.kind = t.kind "
+     f"AND {AI_PAIR})", None),
+    ("not_exists_ai_join", "SELECT t.tid FROM terms t WHERE NOT EXISTS (SELECT 1 FROM notes n "
+     f"WHERE n.kind = t.kind AND {AI_PAIR})", None),
+    ("in_ai_join", f"SELECT t.tid FROM terms t WHERE t.kind IN (SELECT n.kind FROM notes n WHERE {AI_PAIR})", None),
     ("bigquery", f"SELECT id, ai_score('{COMPLAINT}', body) AS p FROM notes WHERE ai_if('{ANIMAL}', body)",
      f"SELECT id, AI.SCORE(('Is ', body, ' a complaint?')) AS p FROM notes "
      f"WHERE AI.IF(PROMPT('{ANIMAL}', body), connection_id => 'us.conn')"),
@@ -95,7 +104,8 @@ def test_at_least_twenty_queries_cover_the_sql_features():
     assert len(QUERIES) >= 20
     assert {"group_by_having", "cte", "subquery_in_where", "union", "left_join_ai_filter_one_side",
             "window_over_score", "distinct", "cast", "or_ai_relational", "ai_join", "null_key_join",
-            "bigquery", "snowflake"} <= names
+            "bigquery", "snowflake", "left_ai_join", "right_ai_join", "full_ai_join", "exists_ai_join",
+            "not_exists_ai_join", "in_ai_join"} <= names
 
 
 @pytest.mark.parametrize("name, sql, spelled", QUERIES, ids=[q[0] for q in QUERIES])

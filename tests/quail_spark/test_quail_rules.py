@@ -51,6 +51,19 @@ ANALYSIS_CASES = [
      "SELECT n.id, t.tid FROM notes n JOIN terms t ON ai_if('Is {0} in {1}?', t.term, n.body, map('anchor', 'body'))"),
 ]
 
+RUNNABLE_CASES = [  # rules that run with the optimizer rules off too: Spark alone refuses these queries
+    ("outer_join", "left_with_equality",
+     "SELECT n.id, t.tid FROM notes n LEFT JOIN terms t ON n.kind = t.kind AND ai_if('Does {0} mention {1}?', "
+     "n.body, t.term)"),
+    ("outer_join", "full_without_equality",
+     "SELECT n.id, t.tid FROM notes n FULL JOIN terms t ON ai_if('Does {0} mention {1}?', n.body, t.term)"),
+    ("ai_subquery", "not_exists",
+     "SELECT t.tid FROM terms t WHERE NOT EXISTS (SELECT 1 FROM notes n WHERE n.kind = t.kind "
+     "AND ai_if('Does {0} mention {1}?', n.body, t.term))"),
+    ("ai_subquery", "in_under_or",
+     "SELECT t.tid FROM terms t WHERE t.tid < 2 OR t.kind IN (SELECT n.kind FROM notes n "
+     "WHERE ai_if('Does {0} mention {1}?', n.body, t.term))"),
+]
 
 @pytest.fixture(scope="module")
 def rules(spark, tables):
@@ -122,3 +135,8 @@ def test_an_anchor_hint_naming_no_column_fails_analysis(rules):
 def test_a_mixed_type_hint_runs_on_every_path(rules, on):
     rules.conf.set("spark.quail.optimizer.enabled", str(on).lower())
     assert len(rules.sql(MIXED_HINT).collect()) <= 8  # runs (tiny random model: any rows)
+
+
+@pytest.mark.parametrize("rule, case, sql", RUNNABLE_CASES, ids=[f"{r}/{c}" for r, c, _ in RUNNABLE_CASES])
+def test_golden_runnable(rules, rule, case, sql):
+    check(rules, rule, case, sql, runnable=True)

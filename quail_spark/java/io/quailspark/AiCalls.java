@@ -29,12 +29,13 @@ import scala.runtime.AbstractPartialFunction;
 /**
  * What the rules share: recognising AI calls, their hints, conjuncts, and
  * building calls of the internal Python UDFs that install() registers
- * ({@code quail_chain}, {@code quail_join}).
+ * ({@code quail_chain}, {@code quail_join}, {@code quail_match}).
  */
 final class AiCalls {
     static final String ENABLED = "spark.quail.optimizer.enabled";
     static final String CHAIN = "quail_chain";
     static final String JOIN = "quail_join";
+    static final String MATCH = "quail_match";
 
     private AiCalls() {}
 

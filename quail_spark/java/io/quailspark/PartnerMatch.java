@@ -68,8 +68,6 @@ import scala.runtime.AbstractPartialFunction;
  * partners are those for which the whole condition is TRUE (a NULL is not a match).
  */
 final class PartnerMatch {
-    static final String MATCH = "quail_match";
-
     /** preserved.output followed by {@link #matched}. */
     final LogicalPlan plan;
     /** array&lt;struct&lt;c0, c1, ...&gt;&gt;: the matching partner rows, fields in partner output order. */
@@ -203,12 +201,13 @@ final class PartnerMatch {
                                         DataType elem) {
         AiCalls.Predicate p = AiCalls.predicate(call);
         List<Expression> args = new ArrayList<>();
-        args.add(AiCalls.literal("{\"template\": " + AiCalls.json(p.template) + "}"));
+        String anchor = p.anchorArg() == null ? "" : ", \"anchor_arg\": " + p.anchorArg();
+        args.add(AiCalls.literal("{\"template\": " + AiCalls.json(p.template) + anchor + "}"));
         for (Expression col : p.columns) {
             if (!(col.dataType() instanceof StringType)) return null;
             args.add(new ArrayTransform(parts, lambda(col, q, elem, null)));
         }
-        return AiCalls.call(session, MATCH, args);
+        return AiCalls.call(session, AiCalls.MATCH, args);
     }
 
     /** A lambda over a partner struct x (and its index): partner attributes read as x's fields. */
