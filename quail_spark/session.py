@@ -128,11 +128,16 @@ class Query:
         a ``tokens`` hint, or a default); runs no Spark job."""
         from quail_spark.cost import CONF
         from quail_spark.explain import explain_text
+        from quail_spark.notebook import Explain, in_kernel
 
         conf = self.session.spark.conf
         model = f"{conf.get(CONF + 'name', self.session.model)} at {float(conf.get(CONF + 'rate', '0')) / 1e12:g} TFLOP/s"
-        text = explain_text(self._df, self.calls, model)
-        if print_it:
+        text = Explain(explain_text(self._df, self.calls, model))
+        if print_it and in_kernel():
+            from IPython.display import display
+
+            display(text)  # HTML: the plans folded, the AI sections as tables
+        elif print_it:
             print(text)
         return text
 
@@ -140,13 +145,25 @@ class Query:
         """The lazy Spark DataFrame of the query."""
         return self._df
 
-    def collect(self, summary: bool = False) -> list:
-        """Run the query; rows as a list of Row. Sets :attr:`report`; ``summary`` prints it."""
+    def collect(self, summary: bool = False, progress: bool = True) -> list:
+        """Run the query; rows as a list of Row. Sets :attr:`report`; ``summary`` prints it.
+        ``progress`` shows the AI work while it runs (:class:`quail_spark.notebook.Progress`)."""
+        return self._run(self._df.collect, summary, progress)
+
+    def to_pandas(self, summary: bool = False, progress: bool = True):
+        """Run the query; rows as a pandas DataFrame. Sets :attr:`report` as :meth:`collect` does."""
+        return self._run(self._df.toPandas, summary, progress)
+
+    def _run(self, action, summary: bool, progress: bool):
+        import contextlib
+
         import quail_spark
+        from quail_spark.notebook import Progress
 
         before = quail_spark.metrics(self.session.spark)
         t0 = time.time()
-        rows = self._df.collect()
+        with Progress(self.session.spark) if progress else contextlib.nullcontext():
+            rows = action()
         self._wall = time.time() - t0
         report = _difference(quail_spark.metrics(self.session.spark), before)
         report["stages"] = {k: v for k, v in report.get("stages", {}).items() if any(v.values())}
@@ -161,10 +178,13 @@ class Query:
         ``quail_spark.metrics(spark)`` around it (requested_tokens, fresh_tokens,
         reused_tokens, kv_regret_tokens, forward_passes, truncated_rows, errored_rows,
         stages) plus ``wall_s``. Work of other queries running at the same time in the
-        session is counted too. Empty before the first :meth:`collect`."""
+        session is counted too. Empty before the first :meth:`collect`. A dict that
+        renders as tables in a notebook (:class:`quail_spark.notebook.Report`)."""
+        from quail_spark.notebook import Report
+
         if self._report is None:
-            return {}
-        return {**self._report, "wall_s": self._wall}
+            return Report()
+        return Report({**self._report, "wall_s": self._wall})
 
     def summary(self) -> str:
         """One paragraph: tokens, reuse, passes, time."""
