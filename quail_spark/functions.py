@@ -2,9 +2,9 @@
 
 :func:`install` registers them as Arrow-batched Python UDFs, so any
 ``spark.sql`` query or DataFrame expression can call them, together with the
-internal UDFs ``quail_chain`` and ``quail_join`` that the optimizer rules of
-the Spark extension (``quail_spark.spark_conf()``) put in place of AI filters
-and AI joins. Every evaluation goes through :mod:`gpu_worker.ai_calls`: one
+internal UDFs ``quail_chain``, ``quail_join`` and ``quail_eval`` that the
+optimizer rules of the Spark extension (``quail_spark.spark_conf()``) put in
+place of AI filters, AI joins and the other AI calls of a plan node. Every evaluation goes through :mod:`gpu_worker.ai_calls`: one
 prompt rendering, one NULL rule, on every path.
 
 Signatures (the template's ``{i}`` is the i-th column after it; an optional
@@ -36,7 +36,8 @@ from quail_spark.metrics import session_dir
 FUNCTIONS = {"ai_if": ("boolean", executor.udf_if), "ai_filter": ("boolean", executor.udf_if),
              "ai_score": ("double", executor.udf_score), "ai_classify": ("string", executor.udf_classify)}
 # made by the optimizer rules only; non-deterministic so that Spark keeps them where the rules put them
-INTERNAL = {"quail_chain": ("boolean", executor.udf_chain), "quail_join": ("boolean", executor.udf_join)}
+INTERNAL = {"quail_chain": ("boolean", executor.udf_chain), "quail_join": ("boolean", executor.udf_join),
+            "quail_eval": (executor.EVAL_TYPE, executor.udf_eval)}
 
 
 def install(spark, model: str = "smollm2-135m", device: str = "cpu", **engine_conf) -> dict:

@@ -28,6 +28,7 @@ public class QuailExtensions extends AbstractFunction1<SparkSessionExtensions, B
         ext.injectOptimizerRule(new Builder(5));
         ext.injectOptimizerRule(new Builder(1));
         ext.injectOptimizerRule(new Builder(2));
+        ext.injectOptimizerRule(new Builder(6));
         ext.injectCheckRule(new CheckBuilder());
         return BoxedUnit.UNIT;
     }
@@ -58,6 +59,7 @@ public class QuailExtensions extends AbstractFunction1<SparkSessionExtensions, B
                 case 2: return new QuailLocalSort(session);
                 case 3: return new QuailHintStruct();
                 case 5: return new QuailAiJoinOrder(session);
+                case 6: return new QuailFuseCalls(session);
                 default: return new QuailAnchorHint();
             }
         }
