@@ -4,6 +4,9 @@ QUAIL_UPDATE_GOLDEN=1), plus what the plans' specs say. No AI function is evalua
 the last test."""
 from __future__ import annotations
 
+import json
+import re
+
 import pytest
 
 import quail_spark
@@ -144,24 +147,22 @@ FUSED = {
 }
 
 
-def fused_calls(plan: str) -> list[list[str]]:
+def fused_calls(plan: str) -> list:
     """The functions of each quail_eval call of a plan, in plan order."""
     dec = json.JSONDecoder()
-    return [[c["fn"] for c in dec.raw_decode(plan, m.end())[0]["calls"]]
-            for m in re.finditer(r"quail_eval\(", plan)]
+    return [[c["fn"] for c in dec.raw_decode(plan, m.end())[0]["calls"]] for m in re.finditer(r"quail_eval\(", plan)]
 
 
 @pytest.mark.parametrize("name", FUSED)
-def test_fused_calls_per_document_over_a_local_sort(rules, name):
-    """Every AI call of a SELECT list, CASE, OR, ai_score > x, aggregate, ORDER BY ... LIMIT or
-    multi-column WHERE: one quail_eval per document, directly over a local sort on it."""
+def test_golden_plans_of_fused_calls(rules, name):
+    check(rules, "fuse_calls", name, FUSED[name][0])
+
+
+@pytest.mark.parametrize("name", FUSED)
+def test_fused_calls_one_evaluation_per_document(rules, name):
+    """Every AI call of the node in one quail_eval per document, none left outside (the plans
+    themselves, the local sort under each evaluation included, are golden/fuse_calls/)."""
     sql, groups = FUSED[name]
-    off, _ = plans(rules, sql, on=False)
-    on, physical = plans(rules, sql)
-    assert "quail_eval" not in off
+    on = sections(rules, sql, True)["Optimized Logical Plan"]
     assert sorted(fused_calls(on)) == sorted(groups)
-    assert not re.search(r"\bai_(if|score|classify)\(", on), on  # no call left outside the fused ones
-    lines = on.splitlines()
-    for i in [i for i, line in enumerate(lines) if "ArrowEvalPython [quail_eval(" in line]:
-        assert re.search(r"Sort \[\w+#\d+ ASC NULLS FIRST.*\], false", lines[i + 1]), on
-    assert physical.count("ArrowEvalPython") == len(groups)
+    assert not re.search(r"\bai_(if|score|classify)\(", on), on
