@@ -37,6 +37,12 @@ from .prompts import PromptTooLong, is_null  # is_null: the one NULL rule, also 
 
 PLACEHOLDER = re.compile(r"\{(\d+)\}")
 KINDS = ("if", "score", "classify")
+RESULT_TYPES = {"if": "boolean", "score": "double", "classify": "string"}  # Spark SQL type of each kind
+# The AI functions of SQL, the one table every path reads (the Spark extension's mirror:
+# quail_spark/java/io/quailspark/AiCalls.java): public name -> kind (ai_filter is an alias of
+# ai_if), and the internal functions the optimizer rules make.
+FUNCTIONS = {"ai_if": "if", "ai_filter": "if", "ai_score": "score", "ai_classify": "classify"}
+INTERNAL = ("quail_chain", "quail_join", "quail_eval")
 DEFAULT_INSTRUCTION = "Which option describes the document best?"
 
 
@@ -57,17 +63,49 @@ def doc_name(i: int, n_cols: int) -> str:
 
 @dataclass(frozen=True)
 class Call:
-    """One AI call shape: kind, template text and number of column arguments."""
+    """One AI call, the model of every path (SQL functions, dialect front end, enrichment spec,
+    ArrowMapper): kind, template text, number of column arguments, labels of ai_classify, the
+    anchor's argument position; for a call read from SQL (:meth:`of`), its column arguments as
+    Spark SQL text and its hints.
+
+    >>> c = Call.of("ai_filter", "Is {0} about {1}?", ("r.text", "t.term"), hints=(("selectivity", 0.2),))
+    >>> c.fn, c.kind, c.n_cols, c.hint("selectivity"), c.result_type
+    ('ai_if', 'if', 2, 0.2, 'boolean')
+    """
 
     kind: str
     template: str
     n_cols: int
     labels: tuple = ()
     anchor: int | None = None  # argument position placed first (the `anchor` hint), two columns only
+    args: tuple = ()   # the column arguments as Spark SQL text, when read from SQL
+    hints: tuple = ()  # ((key, value), ...) as written: selectivity, anchor (a table alias)
+
+    @classmethod
+    def of(cls, fn: str, template: str, args, labels=(), hints=(), anchor: int | None = None) -> "Call":
+        """The call ``fn(template, *args ...)`` of SQL; ``fn`` any name of :data:`FUNCTIONS`."""
+        kind = FUNCTIONS.get(fn.lower())
+        if kind is None:
+            raise ValueError(f"unknown AI function {fn!r}; expected one of {sorted(FUNCTIONS)}")
+        return cls(kind, template, len(args), tuple(labels), anchor, tuple(args), tuple(hints))
+
+    @property
+    def fn(self) -> str:
+        """The SQL function's name: ai_if, ai_score or ai_classify."""
+        return f"ai_{self.kind}"
+
+    @property
+    def result_type(self) -> str:
+        return RESULT_TYPES[self.kind]
+
+    def hint(self, key: str, default=None):
+        return dict(self.hints).get(key, default)
 
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ValueError(f"unknown AI call kind {self.kind!r}; expected one of {KINDS}")
+        if self.args and len(self.args) != self.n_cols:
+            raise ValueError(f"ai_{self.kind}: {len(self.args)} column arguments {list(self.args)} for n_cols={self.n_cols}")
         if self.n_cols < 1:
             raise ValueError(f"ai_{self.kind}: expected at least one column argument after the template")
         used = set(placeholders(self.template))

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import time
 
-from quail_spark.dialect import AICall, to_spark
+from gpu_worker.ai_calls import Call
+from quail_spark.dialect import to_spark
 
 
 
@@ -72,14 +73,14 @@ class QuailSession:
         from quail_spark.functions import ai_if
 
         hints = (("selectivity", float(selectivity)),) if selectivity is not None else ()
-        call = AICall("ai_if", template, tuple(cols), (), hints)
+        call = Call.of("ai_if", template, tuple(cols), (), hints)
         return Query(self, df.filter(ai_if(template, *cols, hint=dict(hints))), (call,))
 
     def ai_score(self, df, template: str, *cols: str, alias: str = "score") -> "Query":
         """``df`` with a column ``alias`` = P(TRUE) of ``template`` over ``cols``."""
         from quail_spark.functions import ai_score
 
-        call = AICall("ai_score", template, tuple(cols))
+        call = Call.of("ai_score", template, tuple(cols))
         return Query(self, df.withColumn(alias, ai_score(template, *cols)), (call,))
 
     def ai_classify(self, df, col: str, labels, template: str | None = None,
@@ -87,7 +88,7 @@ class QuailSession:
         """``df`` with a column ``alias`` holding one of ``labels`` per row."""
         from quail_spark.functions import ai_classify
 
-        call = AICall("ai_classify", template or "{0}", (col,), tuple(labels))
+        call = Call.of("ai_classify", template or "{0}", (col,), tuple(labels))
         return Query(self, df.withColumn(alias, ai_classify(col, list(labels), template)), (call,))
 
     def ai_join(self, left, right, template: str, left_col: str, right_col: str,
@@ -108,7 +109,7 @@ class QuailSession:
         hints = (("anchor", anchor[0]),) if anchor else ()
         cols = (F.col(f"l.{left_col}"), F.col(f"r.{right_col}"))
         cond = ai_if(template, *cols, hint=dict(hints))
-        call = AICall("ai_if", template, (f"l.{left_col}", f"r.{right_col}"), (), hints)
+        call = Call.of("ai_if", template, (f"l.{left_col}", f"r.{right_col}"), (), hints)
         return Query(self, left.alias("l").join(right.alias("r"), on=cond, how="inner"), (call,))
 
 
