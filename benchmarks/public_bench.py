@@ -6,8 +6,9 @@ Sections (``--sections``, comma-separated):
   JOIN_IDS   the old JOIN measurement (ids straight into Engine._run, bench_workloads.run_join),
              three runs on the same default engine: regression or noise;
   SUSTAINED  one engine, 40 filter calls of 2,000 documents, per-call throughput;
-  EXECUTOR   FILTER and JOIN through gpu_worker.partition (Arrow record batches in, no Spark), and the
-             engine calls of the Spark SQL functions' bodies once per Arrow batch of the GPU preset;
+  EXECUTOR   FILTER and JOIN through ArrowMapper's body (gpu_worker.ai_columns.with_columns, Arrow record
+             batches in, no Spark), and the engine calls of the Spark SQL functions' bodies once per
+             Arrow batch of the GPU preset;
   BIO2       500 anchors of ~5,000 tokens x 1,127 partners through Engine.join, and the same
              pairs of the first --bio2-ids-anchors anchors fed as ids (Engine.join_ids).
 
@@ -39,7 +40,7 @@ from gpu_bench import count_pairs, matmul_rate, sol_seconds, sync  # noqa: E402
 
 from gpu_worker import Engine, EngineConfig  # noqa: E402
 from gpu_worker import ai_calls  # noqa: E402
-from gpu_worker import partition as part  # noqa: E402
+from gpu_worker import ai_columns  # noqa: E402
 
 log = logging.getLogger("public_bench")
 PRESET = Path(__file__).resolve().parents[1] / "conf" / "spark" / "one-gpu.json"  # the Arrow batch size of Spark on a GPU
@@ -213,39 +214,40 @@ def sustained(args, eng, dev, sz, res):
 
 
 def executor(args, eng, dev, sz, res, rounds: int = 3):
-    """The Arrow partition runner (gpu_worker.partition) fed record batches, and the engine calls the Spark
-    SQL functions' bodies make (quail_spark.executor: quail_chain -> Engine.chain, quail_join ->
-    ai_calls.evaluate) once per Arrow batch of the GPU preset's size; each against the public API on
-    texts of the same sizes. No Spark (none on the GPU machine).
+    """What users call on executors, fed Arrow record batches of the GPU preset's size: the body of
+    ``quail_spark.ArrowMapper`` / ``with_ai_columns`` (gpu_worker.ai_columns.with_columns: an ai_if
+    column over documents; an ai_if column over (anchor, partner) rows, a cross join's), and the engine
+    calls the Spark SQL functions' bodies make (quail_spark.executor: quail_chain -> Engine.chain,
+    quail_join -> ai_calls.evaluate) once per Arrow batch; each against the public API on texts of the
+    same sizes. No Spark (none on the GPU machine).
 
     ``rounds`` rounds; a round times each way once on fresh texts (nothing cached), the order rotated so
     each way runs first in one round (the first call after another operation pays for the pool's state).
     A way's figure is its median over the rounds of its throughput over the public API's in that round."""
     w = Words(eng.tokenizer, 31)
     rows = 64 if args.smoke else int(json.loads(PRESET.read_text())["spark.sql.execution.arrow.maxRecordsPerBatch"])
-    doc, pdoc = part.Doc(("body",), ("body",)), part.Doc(("term",), ("term",))
-    spec = part.PipelineSpec((part.Predicate(doc, wl.QUESTION, "s1"),))
+    fcall = ai_calls.Call("if", "Is {0} positive?", 1)
     call = ai_calls.Call("if", "Does {0} mention {1}?", 2)  # ai_if(template, anchor, partner) of an AI join
-    jspec = part.JoinSpec(doc, pdoc, call.question, "j1", partners="partners")
+    fcol = ai_columns.AIColumn("positive", "", fcall, ("body",))
+    jcol = ai_columns.AIColumn("mentions", "", call, ("body", "term"))
     partners = w.partners(sz["join_partners"])
-    plist = pa.array([[{"term": p} for p in partners]] * sz["join_anchors"])
+
+    def mapped(col, table):  # ArrowMapper's body over the batches Spark would send
+        return sum(b.num_rows for b in ai_columns.with_columns(lambda: eng, [col], table.to_batches(rows)))
 
     def filter_ways():
-        return {"FILTER": lambda docs: sum(b.num_rows for b in part.run_pipeline(
-                    eng, pa.table({"id": list(range(len(docs))), "body": docs}).to_batches(max_chunksize=256),
-                    spec, part.Recorder())),
-                "FILTER public API": lambda docs: eng.filter(docs, [wl.QUESTION]),
+        return {"FILTER, ArrowMapper body": lambda docs: mapped(fcol, pa.table({"body": docs})),
+                "FILTER public API": lambda docs: eng.filter(docs, [fcall.question]),
                 "FILTER, SQL function body per Arrow batch": lambda docs: [  # udf_chain, one AI predicate
-                    eng.chain(docs[i:i + rows], [wl.QUESTION]) for i in range(0, len(docs), rows)]}
+                    eng.chain(docs[i:i + rows], [fcall.question]) for i in range(0, len(docs), rows)]}
 
     def join_ways():
         def sql_body(anchors):  # udf_join: the pairs sorted by anchor, an Arrow batch at a time
             pa_, pp_ = [a for a in anchors for _ in partners], [p for _ in anchors for p in partners]
             return [ai_calls.evaluate(eng, call, [pa_[i:i + rows], pp_[i:i + rows]])
                     for i in range(0, len(pa_), rows)]
-        return {"JOIN": lambda anchors: sum(b.num_rows for b in part.run_join_cross(
-                    eng, pa.table({"id": list(range(len(anchors))), "body": anchors, "partners": plist})
-                    .to_batches(max_chunksize=4), jspec, part.Recorder())),
+        return {"JOIN, ArrowMapper body": lambda anchors: mapped(jcol, pa.table({
+                    "body": [a for a in anchors for _ in partners], "term": partners * len(anchors)})),
                 "JOIN public API": lambda anchors: eng.join(anchors, partners, call.question),
                 "JOIN, SQL function body per Arrow batch": sql_body}
 
