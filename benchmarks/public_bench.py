@@ -36,7 +36,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_hf  # noqa: E402
 import bench_workloads as wl  # noqa: E402
-from gpu_bench import count_pairs, matmul_rate, sol_seconds, sync  # noqa: E402
+from gpu_bench import count_pairs, matmul_rate, sign_report, sol_seconds, sync  # noqa: E402
 
 from gpu_worker import Engine, EngineConfig  # noqa: E402
 from gpu_worker import ai_calls  # noqa: E402
@@ -94,6 +94,25 @@ def timed(eng, dev, fn):
     return out, st
 
 
+def vs_bf16(args, key: str, m, st):
+    """The margins of a bf16 run (`--margins`): saved by it, compared by a `--quantize fp8` run of the same texts.
+
+    FP8 accuracy on every run: sign agreement on the margins with |m_bf16| > 0.1 and the max |difference|."""
+    if not args.margins:
+        return
+    m = np.asarray(m, dtype=np.float64)
+    path = Path(args.margins) / (key.replace(" ", "_").replace("+", "_") + ".npy")
+    if args.quantize is None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        np.save(path, m)
+    elif path.exists():
+        want = np.load(path)
+        if want.shape == m.shape:
+            ok = ~(np.isnan(want) | np.isnan(m))
+            st["vs_bf16"] = sign_report(want[ok], m[ok])
+            log.info("%s fp8 vs bf16: %s", key, st["vs_bf16"])
+
+
 def with_sol(eng, st, rate, n_prompts):
     n_head = len(eng.renderer.answers.head_ids)
     sol, _ = sol_seconds(eng.model_config, st["fresh_tokens"], st["attended_pairs"], n_prompts, n_head, rate)
@@ -122,6 +141,7 @@ def workloads(args, eng, dev, sz, rate, hf, res):
     docs = w.texts(sz["filter_docs"], sz["doc_words"])
     m, st = timed(eng, dev, lambda: eng.filter(docs, [q]))
     st = with_sol(eng, st, rate, len(docs))
+    vs_bf16(args, "FILTER", m, st)
     st["hf"] = baseline(args, hf, eng, dev, lambda k: [eng.render_filter(docs[i], q) for i in spread(len(docs), k)],
                         len(docs))
     out["FILTER"] = st
@@ -132,6 +152,7 @@ def workloads(args, eng, dev, sz, rate, hf, res):
     m, st = timed(eng, dev, lambda: eng.chain(docs, qs, short_circuit=True))
     ev = [(i, j) for j in range(len(qs)) for i in range(len(docs)) if not np.isnan(m[i, j])]
     st = with_sol(eng, st, rate, len(ev))
+    vs_bf16(args, "CHAIN", m, st)
     st["evaluated_per_stage"] = [int((~np.isnan(m[:, j])).sum()) for j in range(len(qs))]
     st["hf"] = baseline(args, hf, eng, dev, lambda k: [eng.render_filter(docs[ev[i][0]], qs[ev[i][1]])
                                                        for i in spread(len(ev), k)], len(ev))
@@ -143,6 +164,7 @@ def workloads(args, eng, dev, sz, rate, hf, res):
         anchors = w.texts(sz["join_anchors"], sz["anchor_words"])
         m, st = timed(eng, dev, lambda: eng.join(anchors, partners, wl.JOIN_QUESTION))
         st = with_sol(eng, st, rate, m.size)
+        vs_bf16(args, f"JOIN run {run + 1}", m, st)
         if run == 0:
             n_p = len(partners)
             st["hf"] = baseline(args, hf, eng, dev, lambda k: [
@@ -173,6 +195,7 @@ def workloads(args, eng, dev, sz, rate, hf, res):
     rows = [rows[i] for i in w.rng.permutation(len(rows))]
     m, st = timed(eng, dev, lambda: eng.filter(rows, [wl.TRACE_QUESTION]))
     st = with_sol(eng, st, rate, len(rows))
+    vs_bf16(args, "PREFIX", m, st)
     st["hf"] = baseline(args, hf, eng, dev, lambda k: [eng.render_filter(rows[i], wl.TRACE_QUESTION)
                                                        for i in spread(len(rows), k)], len(rows))
     out["PREFIX"] = st
@@ -278,6 +301,7 @@ def bio2(args, eng, dev, sz, rate, res):
     m, st = timed(eng, dev, lambda: eng.join(anchors, partners, wl.JOIN_QUESTION))
     st = with_sol(eng, st, rate, m.size)
     st["pairs"] = int(m.size)
+    vs_bf16(args, "BIO2", m, st)
     res["bio2_text"] = st
     log.info("BIO-2 text: %.1f s, %.0f requested tok/s, %.1f%% SoL", st["wall_s"], st["requested_tok_s"],
              st["pct_sol"])
@@ -313,6 +337,9 @@ def main(argv=None):
     ap.add_argument("--hf-sample", type=int, default=256)
     ap.add_argument("--hf-tokens", type=int, default=200_000)
     ap.add_argument("--bio2-ids-anchors", type=int, default=100)
+    ap.add_argument("--quantize", default=None, choices=[None, "fp8"], help="EngineConfig.quantize of the engine")
+    ap.add_argument("--margins", default=None, help="folder of a bf16 run's margins: saved by a run without "
+                    "--quantize, compared (sign agreement, max diff) by a --quantize fp8 run of the same sections")
     ap.add_argument("--name", default="public_bench.json")
     ap.add_argument("--out", default="benchmarks/results")
     args = ap.parse_args(argv)
@@ -327,10 +354,12 @@ def main(argv=None):
     sz = SMOKE if args.smoke else FULL
     res = {"commit": args.commit, "command": " ".join(sys.argv), "torch": torch.__version__,
            "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu", "model": args.model,
+           "quantize": args.quantize,
            "sizes": sz, "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
     res["matmul_tflops"] = rate = matmul_rate(dev)
     t0 = time.perf_counter()
-    eng = Engine(EngineConfig(model=args.model, device=args.device, tokenizer=args.tokenizer))  # defaults
+    eng = Engine(EngineConfig(model=args.model, device=args.device, tokenizer=args.tokenizer,
+                              quantize=args.quantize))  # defaults but quantize
     res.update(load_s=time.perf_counter() - t0, kv_slots=eng.rt.kv_slots, token_budget=eng.rt.token_budget,
                ctx_budget=eng.rt.ctx_budget, ops=eng.rt.ops.name,
                static_gib=torch.cuda.memory_allocated(dev) / 2**30 if dev.type == "cuda" else None)
