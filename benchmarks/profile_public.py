@@ -57,6 +57,16 @@ def busy_seconds(intervals) -> float:
     return total / 1e6
 
 
+def gaps(intervals, t0: float, min_us: float = 1000.0) -> list:
+    """(offset from the first kernel, length) in ms of each idle stretch over `min_us` between kernels."""
+    out, end = [], None
+    for a, b in sorted(intervals):
+        if end is not None and a - end > min_us:
+            out.append((round((end - t0) / 1e3, 1), round((a - end) / 1e3, 1)))
+        end = b if end is None else max(end, b)
+    return out
+
+
 def breakdown(prof, wall: float) -> dict:
     kernels, intervals = {}, []
     for e in prof.events():
@@ -71,9 +81,11 @@ def breakdown(prof, wall: float) -> dict:
         fams[family(name)] = fams.get(family(name), 0.0) + s
     busy = busy_seconds(intervals)
     top = sorted(kernels.items(), key=lambda kv: -kv[1])[:15]
+    idle = gaps(intervals, min(a for a, _ in intervals)) if intervals else []
     return {"wall_s": wall, "gpu_busy_s": busy, "host_gap_s": wall - busy, "host_gap_share": (wall - busy) / wall,
             "kernel_s": gpu, "family_share": {f: s / gpu for f, s in sorted(fams.items(), key=lambda kv: -kv[1])}
-            if gpu else {}, "top_kernels": [{"name": n[:120], "s": s, "share": s / gpu} for n, s in top]}
+            if gpu else {}, "top_kernels": [{"name": n[:120], "s": s, "share": s / gpu} for n, s in top],
+            "idle_over_1ms": {"count": len(idle), "s": sum(g for _, g in idle) / 1e3, "at_ms_len_ms": idle[:60]}}
 
 
 def run(eng, dev, fn, trace: bool):
@@ -109,6 +121,7 @@ def main(argv=None):
     ap.add_argument("--tokenizer", default=None)
     ap.add_argument("--quantize", default=None, choices=[None, "fp8"])
     ap.add_argument("--bio2-anchors", type=int, default=40, help="BIO-2's anchors profiled (of 500)")
+    ap.add_argument("--token-budget", type=int, default=None, help="EngineConfig.token_budget (default: the engine's)")
     ap.add_argument("--commit", default="unknown")
     ap.add_argument("--name", default="profile.json")
     ap.add_argument("--out", default="benchmarks/results")
@@ -121,11 +134,13 @@ def main(argv=None):
                         handlers=[logging.StreamHandler(sys.stdout),
                                   logging.FileHandler(Path(args.out) / (Path(args.name).stem + ".log"))])
     dev = torch.device(args.device)
-    eng = Engine(EngineConfig(model=args.model, device=args.device, tokenizer=args.tokenizer, quantize=args.quantize))
+    eng = Engine(EngineConfig(model=args.model, device=args.device, tokenizer=args.tokenizer, quantize=args.quantize,
+                              token_budget=args.token_budget))
     w = Words(eng.tokenizer, 41)
     words, n_join, n_p = (300, 2, 30) if args.smoke else (5000, 8, 1000)
     eng.join(w.texts(2, 500), w.partners(50), wl.JOIN_QUESTION)  # warm-up: kernels compile
     res = {"commit": args.commit, "command": " ".join(sys.argv), "quantize": args.quantize, "model": args.model,
+           "token_budget_arg": args.token_budget,
            "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
            "bio2_anchors": args.bio2_anchors, "kv_slots": eng.rt.kv_slots, "token_budget": eng.rt.token_budget}
     partners = w.partners(n_p)

