@@ -122,6 +122,7 @@ def main(argv=None):
     ap.add_argument("--quantize", default=None, choices=[None, "fp8"])
     ap.add_argument("--bio2-anchors", type=int, default=40, help="BIO-2's anchors profiled (of 500)")
     ap.add_argument("--token-budget", type=int, default=None, help="EngineConfig.token_budget (default: the engine's)")
+    ap.add_argument("--workloads", default="JOIN,BIO2")
     ap.add_argument("--commit", default="unknown")
     ap.add_argument("--name", default="profile.json")
     ap.add_argument("--out", default="benchmarks/results")
@@ -144,11 +145,13 @@ def main(argv=None):
            "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
            "bio2_anchors": args.bio2_anchors, "kv_slots": eng.rt.kv_slots, "token_budget": eng.rt.token_budget}
     partners = w.partners(n_p)
-    for name, make in (("JOIN 8x1000", lambda: (w.texts(n_join, words), partners)),
-                       (f"BIO-2 {args.bio2_anchors} anchors x 1127", lambda: (
+    for key, name, make in (("JOIN", "JOIN 8x1000", lambda: (w.texts(n_join, words), partners)),
+                            ("BIO2", f"BIO-2 {args.bio2_anchors} anchors x 1127", lambda: (
                            w.texts(args.bio2_anchors if not args.smoke else 3,
                                    lambda: int(w.rng.integers(4500, 5501)) if not args.smoke else 300),
                            w.partners(1127 if not args.smoke else 30)))):
+        if key not in args.workloads.split(","):
+            continue
         plain = make()
         untraced = run(eng, dev, lambda: eng.join(*plain, wl.JOIN_QUESTION), trace=False)
         traced_in = make()  # fresh anchors: nothing cached

@@ -334,7 +334,7 @@ def main(argv=None):
     ap.add_argument("--tokenizer", default=None)
     ap.add_argument("--sections", default="WORKLOADS,JOIN_IDS,SUSTAINED,EXECUTOR")
     ap.add_argument("--commit", default="unknown")
-    ap.add_argument("--hf-sample", type=int, default=256)
+    ap.add_argument("--hf-sample", type=int, default=256, help="prompts timed in transformers per workload (0: none)")
     ap.add_argument("--hf-tokens", type=int, default=200_000)
     ap.add_argument("--bio2-ids-anchors", type=int, default=100)
     ap.add_argument("--quantize", default=None, choices=[None, "fp8"], help="EngineConfig.quantize of the engine")
@@ -369,7 +369,7 @@ def main(argv=None):
     eng.filter(w.texts(64, 300), [wl.QUESTION])
     eng.filter(w.texts(160, 300), [wl.QUESTION])  # ... and a pass of the full token budget
     sections = [s for s in args.sections.split(",") if s]
-    hf = bench_hf.hf_model(eng) if "WORKLOADS" in sections else None
+    hf = bench_hf.hf_model(eng) if "WORKLOADS" in sections and args.hf_sample else None
     for s in sections:
         log.info("section %s", s)
         if s == "WORKLOADS":

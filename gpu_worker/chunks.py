@@ -26,14 +26,16 @@ class DocumentChunks:
         """(first row, ids) of consecutive chunks (sizes: CHUNK_TOKENS_PER_BUDGET);
         chunk i+1 is tokenized on the helper thread while the caller runs chunk i.
 
-        extra: fresh tokens each document adds beyond its ids (a filter's tails); when given, a
-        chunk ends where its fresh tokens fill whole passes and the rows after move to the next
-        chunk, so a chunk boundary does not leave a nearly empty pass.
+        extra: fresh tokens each document adds beyond its ids (a filter's tails, a join anchor's
+        partners); when given, they count towards a chunk's size, and a chunk ends where its fresh
+        tokens fill whole passes and the rows after move to the next chunk, so a chunk boundary
+        does not leave a nearly empty pass.
         """
         first, rest = (k * self.token_budget * CHARS_PER_TOKEN for k in CHUNK_TOKENS_PER_BUDGET)
         bounds, lo, size = [], 0, 0
+        extra_chars = (extra or 0) * CHARS_PER_TOKEN
         for i, d in enumerate(docs):  # a small first chunk: little tokenization before the device starts
-            size += 0 if d is None else len(d)
+            size += 0 if d is None else len(d) + extra_chars
             if size >= (rest if bounds else first):
                 bounds.append((lo, i + 1))
                 lo, size = i + 1, 0

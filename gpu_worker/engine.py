@@ -200,7 +200,11 @@ class Engine:
         p_toks = self._tokenize(partners)
         out = np.full((len(anchors), len(partners)), np.nan)
         done = []
-        for lo, a_toks in self.chunks(anchors):  # anchors tokenized a chunk ahead
+        head, mid, post = self.renderer.join_parts(question)
+        # an anchor's fresh tokens beyond its ids: its partners' (chunks of whole passes: the first pass starts
+        # after one or two anchors are prepared, and each later chunk's preparation is short)
+        extra = len(head) + len(mid) + sum(len(p) + len(post) for p in p_toks if p is not None)
+        for lo, a_toks in self.chunks(anchors, extra):  # anchors tokenized a chunk ahead
             self.tree.op += 1
             reqs, where = self.fitter.join_requests(a_toks, p_toks, question, row0=lo)
             done.append((where, self._run(reqs, defer=True)))  # its last pass runs on into the next chunk
@@ -321,8 +325,9 @@ class Engine:
         done: (indices into out, logits array `_run` returned) per `_run` call."""
         self.stats["wall_s"] += self.passes.drain()  # the last chunk's last pass
         for where, logits in done:
-            for at, m in zip(where, self._margins(logits)):
-                out[at] = m
+            if where:  # (row, column) per request: one fancy-indexed write, not one per pair
+                rows, cols = np.asarray(where, dtype=np.int64).T
+                out[rows, cols] = self._margins(logits)
 
     def _margins(self, logits: np.ndarray) -> np.ndarray:
         if len(logits) == 0:
