@@ -19,6 +19,10 @@ the working tree without .git). Results are written after every section (a kille
 
     PYTHONPATH=. python3 benchmarks/public_bench.py --tokenizer .cache/tok --commit $(git rev-parse HEAD) --out $OUT
     PYTHONPATH=. python benchmarks/public_bench.py --smoke --out /tmp/smoke   # CPU, tiny model and sizes
+
+FP8: run the sections once with --margins DIR (bf16, saves every workload's margins), then again with
+--quantize fp8 --margins DIR: each workload of the FP8 run reports its sign agreement with the bf16 margins
+(|m| > 0.1) and the max |difference| (`vs_bf16`).
 """
 from __future__ import annotations
 
