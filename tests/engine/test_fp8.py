@@ -66,8 +66,8 @@ def _texts(n, lo, hi, seed):
 
 def test_fp8_through_every_public_operation():
     """filter, score, chain, join, pairs and classify on the FP8 engine: close to the unquantized engine's."""
-    ref = Engine(EngineConfig(model=MODEL, dtype="float32"))
-    eng = Engine(EngineConfig(model=MODEL, dtype="float32", quantize="fp8"))
+    ref = Engine(EngineConfig(model=MODEL, dtype="float32", kv_pool_tokens=8192))  # small pools: two engines
+    eng = Engine(EngineConfig(model=MODEL, dtype="float32", quantize="fp8", kv_pool_tokens=8192))
     docs, partners = _texts(10, 5, 25, 1), _texts(4, 1, 4, 2)
     docs[3] = None
     qs = ["Is it a complaint?", "Is it about food?"]
