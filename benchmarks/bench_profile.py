@@ -160,7 +160,7 @@ def timeline(eng, vocab, dev, smoke):
     j_reqs = [(jh + a + jm, p + jp) for a in vocab.docs(sz.join_anchors, sz.anchor_len) for p in partners]
     if dev.type != "cuda":
         return {}
-    run, read = eng.runner.run, eng._read
+    run, read = eng.runner.run, eng.passes.read
     passes, waits = [], [0.0]
 
     def timed_run(jobs):
@@ -180,14 +180,14 @@ def timeline(eng, vocab, dev, smoke):
 
     eng._new_tree()
     _sync(dev)
-    eng.runner.run, eng._read = timed_run, timed_read
+    eng.runner.run, eng.passes.read = timed_run, timed_read
     try:
         t0 = time.perf_counter()
         eng._run(j_reqs)
         _sync(dev)
         wall = time.perf_counter() - t0
     finally:
-        eng.runner.run, eng._read = run, read
+        eng.runner.run, eng.passes.read = run, read
     rows, prev = [], None
     for p in passes:
         a, b = p.pop("events")

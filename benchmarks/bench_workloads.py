@@ -122,7 +122,7 @@ def run_chain(eng, vocab: Vocab, sz: Sizes) -> Run:
     evaluated = [0] * len(parts)
     t0 = time.perf_counter()
     for block in eng._blocks(list(range(len(docs))), docs, head):
-        pins = [eng._pin(head + docs[i]) for i in block]
+        pins = [eng.passes.pin(head + docs[i]) for i in block]
         try:
             alive = block
             for q_i, ((h, tail), sel) in enumerate(zip(parts, CHAIN_SELECTIVITY)):
@@ -131,7 +131,7 @@ def run_chain(eng, vocab: Vocab, sz: Sizes) -> Run:
                 alive = [i for i, ok in zip(alive, passing(m, sel)) if ok]
         finally:
             for node in pins:
-                eng._unpin(node)
+                eng.passes.unpin(node)
     run.wall_s = time.perf_counter() - t0
     run.notes["evaluated_per_stage"] = evaluated
     return run

@@ -6,8 +6,9 @@ Sections (``--sections``, comma-separated):
   JOIN_IDS   the old JOIN measurement (ids straight into Engine._run, bench_workloads.run_join),
              three runs on the same default engine: regression or noise;
   SUSTAINED  one engine, 40 filter calls of 2,000 documents, per-call throughput;
-  EXECUTOR   FILTER and JOIN through gpu_worker.partition (Arrow record batches in, no Spark), and the
-             engine calls of the Spark SQL functions' bodies once per Arrow batch of the GPU preset;
+  EXECUTOR   FILTER and JOIN through ArrowMapper's body (gpu_worker.ai_columns.with_columns, Arrow record
+             batches in, no Spark), and the engine calls of the Spark SQL functions' bodies once per
+             Arrow batch of the GPU preset;
   BIO2       500 anchors of ~5,000 tokens x 1,127 partners through Engine.join, and the same
              pairs of the first --bio2-ids-anchors anchors fed as ids (Engine.join_ids).
 
@@ -18,6 +19,10 @@ the working tree without .git). Results are written after every section (a kille
 
     PYTHONPATH=. python3 benchmarks/public_bench.py --tokenizer .cache/tok --commit $(git rev-parse HEAD) --out $OUT
     PYTHONPATH=. python benchmarks/public_bench.py --smoke --out /tmp/smoke   # CPU, tiny model and sizes
+
+FP8: run the sections once with --margins DIR (bf16, saves every workload's margins), then again with
+--quantize fp8 --margins DIR: each workload of the FP8 run reports its sign agreement with the bf16 margins
+(|m| > 0.1) and the max |difference| (`vs_bf16`).
 """
 from __future__ import annotations
 
@@ -35,11 +40,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_hf  # noqa: E402
 import bench_workloads as wl  # noqa: E402
-from gpu_bench import count_pairs, matmul_rate, sol_seconds, sync  # noqa: E402
+from gpu_bench import count_pairs, matmul_rate, sign_report, sol_seconds, sync  # noqa: E402
 
 from gpu_worker import Engine, EngineConfig  # noqa: E402
 from gpu_worker import ai_calls  # noqa: E402
-from gpu_worker import partition as part  # noqa: E402
+from gpu_worker import ai_columns  # noqa: E402
 
 log = logging.getLogger("public_bench")
 PRESET = Path(__file__).resolve().parents[1] / "conf" / "spark" / "one-gpu.json"  # the Arrow batch size of Spark on a GPU
@@ -93,6 +98,25 @@ def timed(eng, dev, fn):
     return out, st
 
 
+def vs_bf16(args, key: str, m, st):
+    """The margins of a bf16 run (`--margins`): saved by it, compared by a `--quantize fp8` run of the same texts.
+
+    FP8 accuracy on every run: sign agreement on the margins with |m_bf16| > 0.1 and the max |difference|."""
+    if not args.margins:
+        return
+    m = np.asarray(m, dtype=np.float64)
+    path = Path(args.margins) / (key.replace(" ", "_").replace("+", "_") + ".npy")
+    if args.quantize is None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        np.save(path, m)
+    elif path.exists():
+        want = np.load(path)
+        if want.shape == m.shape:
+            ok = ~(np.isnan(want) | np.isnan(m))
+            st["vs_bf16"] = sign_report(want[ok], m[ok])
+            log.info("%s fp8 vs bf16: %s", key, st["vs_bf16"])
+
+
 def with_sol(eng, st, rate, n_prompts):
     n_head = len(eng.renderer.answers.head_ids)
     sol, _ = sol_seconds(eng.model_config, st["fresh_tokens"], st["attended_pairs"], n_prompts, n_head, rate)
@@ -121,6 +145,7 @@ def workloads(args, eng, dev, sz, rate, hf, res):
     docs = w.texts(sz["filter_docs"], sz["doc_words"])
     m, st = timed(eng, dev, lambda: eng.filter(docs, [q]))
     st = with_sol(eng, st, rate, len(docs))
+    vs_bf16(args, "FILTER", m, st)
     st["hf"] = baseline(args, hf, eng, dev, lambda k: [eng.render_filter(docs[i], q) for i in spread(len(docs), k)],
                         len(docs))
     out["FILTER"] = st
@@ -131,6 +156,7 @@ def workloads(args, eng, dev, sz, rate, hf, res):
     m, st = timed(eng, dev, lambda: eng.chain(docs, qs, short_circuit=True))
     ev = [(i, j) for j in range(len(qs)) for i in range(len(docs)) if not np.isnan(m[i, j])]
     st = with_sol(eng, st, rate, len(ev))
+    vs_bf16(args, "CHAIN", m, st)
     st["evaluated_per_stage"] = [int((~np.isnan(m[:, j])).sum()) for j in range(len(qs))]
     st["hf"] = baseline(args, hf, eng, dev, lambda k: [eng.render_filter(docs[ev[i][0]], qs[ev[i][1]])
                                                        for i in spread(len(ev), k)], len(ev))
@@ -142,6 +168,7 @@ def workloads(args, eng, dev, sz, rate, hf, res):
         anchors = w.texts(sz["join_anchors"], sz["anchor_words"])
         m, st = timed(eng, dev, lambda: eng.join(anchors, partners, wl.JOIN_QUESTION))
         st = with_sol(eng, st, rate, m.size)
+        vs_bf16(args, f"JOIN run {run + 1}", m, st)
         if run == 0:
             n_p = len(partners)
             st["hf"] = baseline(args, hf, eng, dev, lambda k: [
@@ -172,6 +199,7 @@ def workloads(args, eng, dev, sz, rate, hf, res):
     rows = [rows[i] for i in w.rng.permutation(len(rows))]
     m, st = timed(eng, dev, lambda: eng.filter(rows, [wl.TRACE_QUESTION]))
     st = with_sol(eng, st, rate, len(rows))
+    vs_bf16(args, "PREFIX", m, st)
     st["hf"] = baseline(args, hf, eng, dev, lambda k: [eng.render_filter(rows[i], wl.TRACE_QUESTION)
                                                        for i in spread(len(rows), k)], len(rows))
     out["PREFIX"] = st
@@ -213,39 +241,40 @@ def sustained(args, eng, dev, sz, res):
 
 
 def executor(args, eng, dev, sz, res, rounds: int = 3):
-    """The Arrow partition runner (gpu_worker.partition) fed record batches, and the engine calls the Spark
-    SQL functions' bodies make (quail_spark.executor: quail_chain -> Engine.chain, quail_join ->
-    ai_calls.evaluate) once per Arrow batch of the GPU preset's size; each against the public API on
-    texts of the same sizes. No Spark (none on the GPU machine).
+    """What users call on executors, fed Arrow record batches of the GPU preset's size: the body of
+    ``quail_spark.ArrowMapper`` / ``with_ai_columns`` (gpu_worker.ai_columns.with_columns: an ai_if
+    column over documents; an ai_if column over (anchor, partner) rows, a cross join's), and the engine
+    calls the Spark SQL functions' bodies make (quail_spark.executor: quail_chain -> Engine.chain,
+    quail_join -> ai_calls.evaluate) once per Arrow batch; each against the public API on texts of the
+    same sizes. No Spark (none on the GPU machine).
 
     ``rounds`` rounds; a round times each way once on fresh texts (nothing cached), the order rotated so
     each way runs first in one round (the first call after another operation pays for the pool's state).
     A way's figure is its median over the rounds of its throughput over the public API's in that round."""
     w = Words(eng.tokenizer, 31)
     rows = 64 if args.smoke else int(json.loads(PRESET.read_text())["spark.sql.execution.arrow.maxRecordsPerBatch"])
-    doc, pdoc = part.Doc(("body",), ("body",)), part.Doc(("term",), ("term",))
-    spec = part.PipelineSpec((part.Predicate(doc, wl.QUESTION, "s1"),))
+    fcall = ai_calls.Call("if", "Is {0} positive?", 1)
     call = ai_calls.Call("if", "Does {0} mention {1}?", 2)  # ai_if(template, anchor, partner) of an AI join
-    jspec = part.JoinSpec(doc, pdoc, call.question, "j1", partners="partners")
+    fcol = ai_columns.AIColumn("positive", "", fcall, ("body",))
+    jcol = ai_columns.AIColumn("mentions", "", call, ("body", "term"))
     partners = w.partners(sz["join_partners"])
-    plist = pa.array([[{"term": p} for p in partners]] * sz["join_anchors"])
+
+    def mapped(col, table):  # ArrowMapper's body over the batches Spark would send
+        return sum(b.num_rows for b in ai_columns.with_columns(lambda: eng, [col], table.to_batches(rows)))
 
     def filter_ways():
-        return {"FILTER": lambda docs: sum(b.num_rows for b in part.run_pipeline(
-                    eng, pa.table({"id": list(range(len(docs))), "body": docs}).to_batches(max_chunksize=256),
-                    spec, part.Recorder())),
-                "FILTER public API": lambda docs: eng.filter(docs, [wl.QUESTION]),
+        return {"FILTER, ArrowMapper body": lambda docs: mapped(fcol, pa.table({"body": docs})),
+                "FILTER public API": lambda docs: eng.filter(docs, [fcall.question]),
                 "FILTER, SQL function body per Arrow batch": lambda docs: [  # udf_chain, one AI predicate
-                    eng.chain(docs[i:i + rows], [wl.QUESTION]) for i in range(0, len(docs), rows)]}
+                    eng.chain(docs[i:i + rows], [fcall.question]) for i in range(0, len(docs), rows)]}
 
     def join_ways():
         def sql_body(anchors):  # udf_join: the pairs sorted by anchor, an Arrow batch at a time
             pa_, pp_ = [a for a in anchors for _ in partners], [p for _ in anchors for p in partners]
             return [ai_calls.evaluate(eng, call, [pa_[i:i + rows], pp_[i:i + rows]])
                     for i in range(0, len(pa_), rows)]
-        return {"JOIN": lambda anchors: sum(b.num_rows for b in part.run_join_cross(
-                    eng, pa.table({"id": list(range(len(anchors))), "body": anchors, "partners": plist})
-                    .to_batches(max_chunksize=4), jspec, part.Recorder())),
+        return {"JOIN, ArrowMapper body": lambda anchors: mapped(jcol, pa.table({
+                    "body": [a for a in anchors for _ in partners], "term": partners * len(anchors)})),
                 "JOIN public API": lambda anchors: eng.join(anchors, partners, call.question),
                 "JOIN, SQL function body per Arrow batch": sql_body}
 
@@ -276,6 +305,7 @@ def bio2(args, eng, dev, sz, rate, res):
     m, st = timed(eng, dev, lambda: eng.join(anchors, partners, wl.JOIN_QUESTION))
     st = with_sol(eng, st, rate, m.size)
     st["pairs"] = int(m.size)
+    vs_bf16(args, "BIO2", m, st)
     res["bio2_text"] = st
     log.info("BIO-2 text: %.1f s, %.0f requested tok/s, %.1f%% SoL", st["wall_s"], st["requested_tok_s"],
              st["pct_sol"])
@@ -308,9 +338,12 @@ def main(argv=None):
     ap.add_argument("--tokenizer", default=None)
     ap.add_argument("--sections", default="WORKLOADS,JOIN_IDS,SUSTAINED,EXECUTOR")
     ap.add_argument("--commit", default="unknown")
-    ap.add_argument("--hf-sample", type=int, default=256)
+    ap.add_argument("--hf-sample", type=int, default=256, help="prompts timed in transformers per workload (0: none)")
     ap.add_argument("--hf-tokens", type=int, default=200_000)
     ap.add_argument("--bio2-ids-anchors", type=int, default=100)
+    ap.add_argument("--quantize", default=None, choices=[None, "fp8"], help="EngineConfig.quantize of the engine")
+    ap.add_argument("--margins", default=None, help="folder of a bf16 run's margins: saved by a run without "
+                    "--quantize, compared (sign agreement, max diff) by a --quantize fp8 run of the same sections")
     ap.add_argument("--name", default="public_bench.json")
     ap.add_argument("--out", default="benchmarks/results")
     args = ap.parse_args(argv)
@@ -325,10 +358,12 @@ def main(argv=None):
     sz = SMOKE if args.smoke else FULL
     res = {"commit": args.commit, "command": " ".join(sys.argv), "torch": torch.__version__,
            "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu", "model": args.model,
+           "quantize": args.quantize,
            "sizes": sz, "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
     res["matmul_tflops"] = rate = matmul_rate(dev)
     t0 = time.perf_counter()
-    eng = Engine(EngineConfig(model=args.model, device=args.device, tokenizer=args.tokenizer))  # defaults
+    eng = Engine(EngineConfig(model=args.model, device=args.device, tokenizer=args.tokenizer,
+                              quantize=args.quantize))  # defaults but quantize
     res.update(load_s=time.perf_counter() - t0, kv_slots=eng.rt.kv_slots, token_budget=eng.rt.token_budget,
                ctx_budget=eng.rt.ctx_budget, ops=eng.rt.ops.name,
                static_gib=torch.cuda.memory_allocated(dev) / 2**30 if dev.type == "cuda" else None)
@@ -338,7 +373,7 @@ def main(argv=None):
     eng.filter(w.texts(64, 300), [wl.QUESTION])
     eng.filter(w.texts(160, 300), [wl.QUESTION])  # ... and a pass of the full token budget
     sections = [s for s in args.sections.split(",") if s]
-    hf = bench_hf.hf_model(eng) if "WORKLOADS" in sections else None
+    hf = bench_hf.hf_model(eng) if "WORKLOADS" in sections and args.hf_sample else None
     for s in sections:
         log.info("section %s", s)
         if s == "WORKLOADS":

@@ -37,6 +37,12 @@ from .prompts import PromptTooLong, is_null  # is_null: the one NULL rule, also 
 
 PLACEHOLDER = re.compile(r"\{(\d+)\}")
 KINDS = ("if", "score", "classify")
+RESULT_TYPES = {"if": "boolean", "score": "double", "classify": "string"}  # Spark SQL type of each kind
+# The AI functions of SQL, the one table every path reads (the Spark extension's mirror:
+# quail_spark/java/io/quailspark/AiCalls.java): public name -> kind (ai_filter is an alias of
+# ai_if), and the internal functions the optimizer rules make.
+FUNCTIONS = {"ai_if": "if", "ai_filter": "if", "ai_score": "score", "ai_classify": "classify"}
+INTERNAL = ("quail_chain", "quail_join", "quail_eval", "quail_match")
 DEFAULT_INSTRUCTION = "Which option describes the document best?"
 
 
@@ -57,17 +63,49 @@ def doc_name(i: int, n_cols: int) -> str:
 
 @dataclass(frozen=True)
 class Call:
-    """One AI call shape: kind, template text and number of column arguments."""
+    """One AI call, the model of every path (SQL functions, dialect front end, enrichment spec,
+    ArrowMapper): kind, template text, number of column arguments, labels of ai_classify, the
+    anchor's argument position; for a call read from SQL (:meth:`of`), its column arguments as
+    Spark SQL text and its hints.
+
+    >>> c = Call.of("ai_filter", "Is {0} about {1}?", ("r.text", "t.term"), hints=(("selectivity", 0.2),))
+    >>> c.fn, c.kind, c.n_cols, c.hint("selectivity"), c.result_type
+    ('ai_if', 'if', 2, 0.2, 'boolean')
+    """
 
     kind: str
     template: str
     n_cols: int
     labels: tuple = ()
     anchor: int | None = None  # argument position placed first (the `anchor` hint), two columns only
+    args: tuple = ()   # the column arguments as Spark SQL text, when read from SQL
+    hints: tuple = ()  # ((key, value), ...) as written: selectivity, anchor (a table alias)
+
+    @classmethod
+    def of(cls, fn: str, template: str, args, labels=(), hints=(), anchor: int | None = None) -> "Call":
+        """The call ``fn(template, *args ...)`` of SQL; ``fn`` any name of :data:`FUNCTIONS`."""
+        kind = FUNCTIONS.get(fn.lower())
+        if kind is None:
+            raise ValueError(f"unknown AI function {fn!r}; expected one of {sorted(FUNCTIONS)}")
+        return cls(kind, template, len(args), tuple(labels), anchor, tuple(args), tuple(hints))
+
+    @property
+    def fn(self) -> str:
+        """The SQL function's name: ai_if, ai_score or ai_classify."""
+        return f"ai_{self.kind}"
+
+    @property
+    def result_type(self) -> str:
+        return RESULT_TYPES[self.kind]
+
+    def hint(self, key: str, default=None):
+        return dict(self.hints).get(key, default)
 
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ValueError(f"unknown AI call kind {self.kind!r}; expected one of {KINDS}")
+        if self.args and len(self.args) != self.n_cols:
+            raise ValueError(f"ai_{self.kind}: {len(self.args)} column arguments {list(self.args)} for n_cols={self.n_cols}")
         if self.n_cols < 1:
             raise ValueError(f"ai_{self.kind}: expected at least one column argument after the template")
         used = set(placeholders(self.template))
@@ -144,11 +182,7 @@ def evaluate(eng, call: Call, columns, errors: list | None = None, where=str) ->
     n = len(columns[0]) if columns else 0
     if len(columns) != call.n_cols or any(len(c) != n for c in columns):
         raise ValueError(f"ai_{call.kind}: expected {call.n_cols} columns of equal length")
-    for c_i, col in enumerate(columns):
-        for r, v in enumerate(col):
-            if v is not None and not isinstance(v, str):
-                raise TypeError(f"ai_{call.kind}: {where(r)}: column argument {c_i + 1} must be a "
-                                f"string, got {type(v).__name__}; cast it with CAST(... AS STRING)")
+    _check_values(call, columns, where)
     rows = [r for r in range(n) if not any(is_null(col[r]) for col in columns)]
     out: list = [None] * n
     while rows:
@@ -164,6 +198,39 @@ def evaluate(eng, call: Call, columns, errors: list | None = None, where=str) ->
         for r, v in zip(rows, values):
             out[r] = v
         break
+    return out
+
+
+def evaluate_together(eng, items, wheres=None) -> list:
+    """Results of several calls, each as :func:`evaluate` gives it alone (its NULL rule on its
+    own columns, an over-long prompt raising with ``wheres[i](row)``).
+
+    ``items`` is a list of (Call, columns). The one-column ai_if / ai_score calls over the same
+    document values ask their questions in one ``Engine.filter`` call, so each document is
+    computed once; the other calls run after it, their prompts starting with the same document
+    (the join and classify layouts begin as the filter's), which the prefix tree still holds.
+    """
+    wheres = wheres or [str] * len(items)
+    out: list = [None] * len(items)
+    shared: dict = {}
+    for i, (call, columns) in enumerate(items):
+        if call.kind in ("if", "score") and call.n_cols == 1:
+            shared.setdefault(tuple(columns[0]), []).append(i)
+    for idx in (ix for ix in shared.values() if len(ix) > 1):
+        docs = items[idx[0]][1][0]
+        _check_values(items[idx[0]][0], items[idx[0]][1], wheres[idx[0]])
+        rows = [r for r, d in enumerate(docs) if not is_null(d)]
+        try:
+            m = eng.filter([docs[r] for r in rows], [items[i][0].question for i in idx])
+        except PromptTooLong as e:
+            raise _too_long(wheres[idx[0]](rows[e.row]), e) from None
+        for k, i in enumerate(idx):
+            out[i] = [None] * len(docs)
+            for r, v in zip(rows, _answers(items[i][0].kind, m[:, k])):
+                out[i][r] = v
+    for i, (call, columns) in enumerate(items):
+        if out[i] is None:
+            out[i] = evaluate(eng, call, columns, where=wheres[i])
     return out
 
 
@@ -199,9 +266,22 @@ def _placed(eng, call: Call, order, vals) -> list:
         m = eng.filter(vals[0], [question])[:, 0]
     else:
         m = _pair_margins(eng, vals[0], [call.partner_text(v) for v in zip(*vals)], question)
-    if call.kind == "if":
-        return [bool(x > 0) for x in m]
-    return [float(1.0 / (1.0 + np.exp(-x))) for x in m]
+    return _answers(call.kind, m)
+
+
+def _check_values(call: Call, columns, where) -> None:
+    for c_i, col in enumerate(columns):
+        for r, v in enumerate(col):
+            if v is not None and not isinstance(v, str):
+                raise TypeError(f"ai_{call.kind}: {where(r)}: column argument {c_i + 1} must be a "
+                                f"string, got {type(v).__name__}; cast it with CAST(... AS STRING)")
+
+
+def _answers(kind: str, margins) -> list:
+    """An ai_if's answer (margin > 0) or an ai_score's P(yes) = sigmoid(margin), per margin."""
+    if kind == "if":
+        return [bool(x > 0) for x in margins]
+    return [float(1.0 / (1.0 + np.exp(-x))) for x in margins]
 
 
 def _pair_margins(eng, anchors, partners, question) -> np.ndarray:

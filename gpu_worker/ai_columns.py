@@ -24,7 +24,6 @@ import pyarrow as pa
 
 from .ai_calls import Call, evaluate, is_null
 
-RESULT_TYPES = {"if": "boolean", "score": "double", "classify": "string"}  # Spark SQL type names
 ARROW_TYPES = {"boolean": pa.bool_(), "double": pa.float64(), "string": pa.string()}
 ENGINE_COUNTERS = ("requested_tokens", "fresh_tokens", "reused_tokens", "kv_regret_tokens",
                    "forward_passes", "truncated_rows")
@@ -42,7 +41,7 @@ class AIColumn:
 
     @property
     def result_type(self) -> str:
-        return RESULT_TYPES[self.call.kind]
+        return self.call.result_type
 
     @property
     def arrow_type(self) -> pa.DataType:

@@ -5,7 +5,7 @@ pass (see attention.py) runs as a few variable-length calls over the whole
 packed batch, whatever the number of sequences:
 
 - self part: every sequence's new tokens attend causally to themselves;
-  sequences up to TRITON_MAX_Q tokens in the Triton kernel below (it packs
+  sequences up to TRITON_MAX_Q tokens in kernels.varlen_attention (it packs
   the query heads of one KV head into one tile: few, full programs even for
   thousands of 13-token partners), longer ones in torch's flash attention
   (FA2 through `aten._flash_attention_forward`, grouped-query heads native);
@@ -23,7 +23,6 @@ host-to-device copy; the attention itself never syncs the host.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,19 +33,13 @@ from kernels._util import query_blocks
 from .attention import AttnMeta, split_attention_torch
 from .ops import TorchOps
 
-try:
-    import triton
-    import triton.language as tl
-except ImportError:  # CPU-only install: CudaOps falls back to torch everywhere
-    triton = None
-
 FLASH_DTYPES = (torch.bfloat16, torch.float16)
 TRITON_MAX_Q = 512  # "auto": sequences up to this long take the Triton kernel, longer ones flash
 FOLD_CTX = 128  # a context this short is read inside the Triton kernel (no second call, no merge)
 FOLD_CTX_SOLO = 1024  # ... and one this long when a single sequence uses it (nothing to share)
 # launch of kernels.seg_attention (split contexts, long sequences): query rows per program, keys per
 # step, warps, pipeline depth, keys through tensor descriptors (H200: 575 TFLOP/s on the JOIN context,
-# benchmarks/results/attn_probe.json)
+# benchmarks/probes/results/attn_probe.json)
 CTX_CONFIG = {"block_m": 128, "block_n": 128, "num_warps": 8, "num_stages": 3, "tma": True}
 
 
@@ -58,7 +51,7 @@ class AttnPart:
     cu_k: torch.Tensor  # int32 [n + 1] offsets into its key rows
     max_q: int
     max_k: int
-    items: torch.Tensor | None = None  # int32 [2, n_items] (sequence, first query token) per Triton program
+    items: torch.Tensor | None = None  # int32 [2, n_items] (sequence, first query token) per program
     block_t: int = 0  # query tokens per Triton program
 
 
@@ -97,7 +90,7 @@ def _block_t(rep: int) -> int:
     64 rows, 32-key steps, 4 warps, 3 stages ran a FILTER pass's causal
     attention (100 documents of ~330 tokens + a 30-token folded frame, H200)
     in 0.50 ms against 0.71 ms for 128 rows and 64-key steps
-    (benchmarks/results/attn_short_h200.json).
+    (benchmarks/probes/results/attn_short_h200.json).
     """
     return max(1, 64 // rep)
 
@@ -258,127 +251,6 @@ def _cat_slots(groups):
     return torch.cat([g.ctx_slots for g in groups]) if len(groups) > 1 else groups[0].ctx_slots
 
 
-# --- Triton attention ------------------------------------------------------------------------
-
-if triton is not None:
-
-    @triton.jit
-    def _attend_keys(q, acc, m_i, l_i, k_ptr, v_ptr, k_lo, hi, kvh, tok, s_kt, s_kh, s_vt, s_vh, qk_scale,
-                     BLOCK_N: tl.constexpr, D: tl.constexpr, CAUSAL: tl.constexpr, UPCAST: tl.constexpr):
-        """Online softmax of q [BLOCK_M, D] over keys [k_lo, k_lo + hi) of head kvh."""
-        dd = tl.arange(0, D)
-        for start in range(0, hi, BLOCK_N):
-            cols = start + tl.arange(0, BLOCK_N)
-            col_ok = cols < hi
-            k_rows = (k_lo + cols).to(tl.int64)
-            kb = tl.load(k_ptr + k_rows[:, None] * s_kt + kvh * s_kh + dd[None, :],
-                         mask=col_ok[:, None], other=0.0)  # [BLOCK_N, D]
-            vb = tl.load(v_ptr + k_rows[:, None] * s_vt + kvh * s_vh + dd[None, :],
-                         mask=col_ok[:, None], other=0.0)
-            if UPCAST:  # Triton's CPU interpreter multiplies 16-bit dots wrongly
-                kb = kb.to(tl.float32)
-                vb = vb.to(tl.float32)
-            s = tl.dot(q, tl.trans(kb)) * qk_scale  # log2 units
-            ok = col_ok[None, :]
-            if CAUSAL:
-                ok = ok & (cols[None, :] <= tok[:, None])
-            s = tl.where(ok, s, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-            alpha = tl.exp2(m_i - m_safe)
-            p = tl.exp2(s - m_safe[:, None])
-            l_i = l_i * alpha + tl.sum(p, 1)
-            acc = acc * alpha[:, None] + tl.dot(p.to(vb.dtype), vb)
-            m_i = m_new
-        return acc, m_i, l_i
-
-    # per-pass counts: specializing on them (== 1, % 16) would recompile mid-run
-    @triton.jit(do_not_specialize=["n_seq", "n_items"])
-    def _varlen_attn_kernel(
-        q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, items_ptr, cu_q_ptr, cu_k_ptr,
-        kf_ptr, vf_ptr, fold_ptr, n_seq,
-        n_items, s_qt, s_qh, s_kt, s_kh, s_vt, s_vh, s_ot, s_oh, s_lt, s_lh,
-        s_kft, s_kfh, s_vft, s_vfh, qk_scale,
-        REP: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
-        CAUSAL: tl.constexpr, HAS_FOLD: tl.constexpr, UPCAST: tl.constexpr,
-    ):
-        # program (item, kv head): BLOCK_T query tokens x REP query heads = BLOCK_M rows
-        # row r <-> token first + r // REP, head kvh * REP + r % REP; keys of head kvh
-        item = tl.program_id(0)
-        kvh = tl.program_id(1)
-        seq = tl.load(items_ptr + item)
-        first = tl.load(items_ptr + n_items + item)
-        q_lo = tl.load(cu_q_ptr + seq)
-        q_len = tl.load(cu_q_ptr + seq + 1) - q_lo
-        k_lo = tl.load(cu_k_ptr + seq)
-        k_len = tl.load(cu_k_ptr + seq + 1) - k_lo
-        r = tl.arange(0, BLOCK_M)  # BLOCK_T * REP rounded up to a power of two (REP = 3: SmolLM2)
-        tok = first + r // REP
-        head = kvh * REP + r % REP
-        row_ok = (tok < q_len) & (r < BLOCK_T * REP)
-        dd = tl.arange(0, D)
-        q_rows = (q_lo + tok).to(tl.int64)
-        q = tl.load(q_ptr + q_rows[:, None] * s_qt + head[:, None] * s_qh + dd[None, :],
-                    mask=row_ok[:, None], other=0.0)
-        if UPCAST:
-            q = q.to(tl.float32)
-        m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-        l_i = tl.zeros([BLOCK_M], tl.float32)
-        acc = tl.zeros([BLOCK_M, D], tl.float32)
-        if HAS_FOLD:  # the sequence's short cached context: every key visible
-            f_lo = tl.load(fold_ptr + seq)
-            f_len = tl.load(fold_ptr + n_seq + seq)
-            acc, m_i, l_i = _attend_keys(q, acc, m_i, l_i, kf_ptr, vf_ptr, f_lo, f_len, kvh, tok,
-                                         s_kft, s_kfh, s_vft, s_vfh, qk_scale, BLOCK_N, D, False, UPCAST)
-        hi = k_len
-        if CAUSAL:  # own keys: j visible to token i iff j <= i
-            hi = tl.minimum(k_len, first + BLOCK_T)
-        acc, m_i, l_i = _attend_keys(q, acc, m_i, l_i, k_ptr, v_ptr, k_lo, hi, kvh, tok,
-                                     s_kt, s_kh, s_vt, s_vh, qk_scale, BLOCK_N, D, CAUSAL, UPCAST)
-        has = l_i > 0.0
-        out = acc / tl.where(has, l_i, 1.0)[:, None]
-        lse = tl.where(has, (m_i + tl.log2(tl.where(has, l_i, 1.0))) * 0.6931471805599453, float("-inf"))
-        tl.store(o_ptr + q_rows[:, None] * s_ot + head[:, None] * s_oh + dd[None, :],
-                 out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None])
-        tl.store(lse_ptr + q_rows * s_lt + head * s_lh, lse, mask=row_ok)
-
-
-def triton_varlen_attention(q, k, v, part: AttnPart, causal: bool, out=None, lse=None, kf=None, vf=None,
-                            fold=None, launch: dict | None = None):
-    """q: [Tq, n_q, d]; k, v: [Tk, n_kv, d] -> (out [Tq, n_q, d], lse float32 [Tq, n_q]).
-
-    Only the rows of `part.items` are written. kf, vf, fold: folded contexts
-    (keys [F, n_kv, d] and per sequence (first row, length) [2, n_seq]).
-    launch: block_n / num_warps / num_stages over the defaults below.
-    """
-    Tq, n_q, d = q.shape
-    n_kv = k.shape[1]
-    if n_q % n_kv or d & (d - 1) or q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:
-        raise ValueError(f"triton attention: expected n_q % n_kv == 0, power-of-two d and unit last "
-                         f"strides, got n_q={n_q}, n_kv={n_kv}, d={d}")
-    rep = n_q // n_kv
-    out = torch.empty_like(q) if out is None else out
-    lse = torch.empty((Tq, n_q), dtype=torch.float32, device=q.device) if lse is None else lse
-    n_items = part.items.shape[1]
-    if Tq == 0 or n_items == 0:
-        return out, lse
-    has_fold = fold is not None
-    kf, vf, fold = (kf, vf, fold) if has_fold else (k, v, part.cu_q)
-    block_m = triton.next_power_of_2(part.block_t * rep)
-    cfg = {"block_n": 64 if block_m >= 128 else 32, "num_warps": 8 if block_m >= 128 else 4, "num_stages": 3,
-           **(launch or {})}
-    _varlen_attn_kernel[(n_items, n_kv)](
-        q, k, v, out, lse, part.items, part.cu_q, part.cu_k, kf, vf, fold, part.cu_q.shape[0] - 1,
-        n_items, q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-        out.stride(0), out.stride(1), lse.stride(0), lse.stride(1),
-        kf.stride(0), kf.stride(1), vf.stride(0), vf.stride(1),
-        (1.0 / math.sqrt(d)) * 1.4426950408889634,
-        REP=rep, BLOCK_T=part.block_t, BLOCK_M=block_m, BLOCK_N=cfg["block_n"], D=d, CAUSAL=causal,
-        HAS_FOLD=has_fold, UPCAST=q.device.type == "cpu", num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
-    )
-    return out, lse
-
-
 _FLASH_GQA = [True]  # cleared if this torch's flash attention refuses fewer KV heads
 
 
@@ -498,7 +370,8 @@ class CudaOps:
         rows = plan.ctx_rows
         qc = q[plan.ctx_lo:] if rows is None else q.index_select(0, rows)
         if self.ctx_attn == "triton" or not on_gpu:
-            o_ctx, lse_ctx = triton_varlen_attention(qc, kc, vc, cp, causal=False)
+            o_ctx, lse_ctx = self.kernels.varlen_attention(qc, kc, vc, cp.items, cp.cu_q, cp.cu_k, cp.block_t,
+                                                           causal=False)
         else:
             o_ctx, lse_ctx = flash_varlen_attention(qc, kc, vc, cp, causal=False, repeat_kv=self.repeat_kv)
         if rows is None:
@@ -527,7 +400,9 @@ class CudaOps:
             kf = vf = None
             if plan.fold is not None:
                 kf, vf = k_cache.index_select(0, plan.fold_slots), v_cache.index_select(0, plan.fold_slots)
-            triton_varlen_attention(q, k, v, plan.tri, causal=True, out=out, lse=lse, kf=kf, vf=vf, fold=plan.fold)
+            t = plan.tri
+            self.kernels.varlen_attention(q, k, v, t.items, t.cu_q, t.cu_k, t.block_t, causal=True, out=out, lse=lse,
+                                          kf=kf, vf=vf, fold=plan.fold)
         if plan.long_seg is not None:  # long sequences in the segment kernel, in place
             self.kernels.seg_attention(q, k, v, plan.long_seg, plan.long_items, plan.long_bt, causal=True,
                                        out=out, lse=lse, **self._launch(q.device.type == "cuda", q.shape[2]))

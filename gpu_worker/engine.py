@@ -7,40 +7,40 @@ extending earlier rows) lives once in the prefix tree.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 import time
-from collections import deque
 
 import numpy as np
 import torch
 
 from . import weights
-from .chunks import Chunks
+from .chunks import DocumentChunks
 from .config import EngineConfig
-from .fitting import Fitting
-from .kv_pool import PagePool
+from .fitting import RequestFitter
 from .passes import TREE_COUNTERS, Passes
-from .prefix_tree import Node, PrefixTree
 from .prompts import PromptRenderer, documents
 from .runner import KVCache, ModelRunner
 from .runtime import Runtime
 
 
 def _serialized(method):
-    """Calls on one Engine from several threads run one at a time (the engine's lock)."""
+    """Calls on one Engine from several threads run one at a time (the engine's lock), on its device."""
     @functools.wraps(method)
     def locked(self, *a, **kw):
-        with self._lock:
+        with self._lock, self.on_device():
             try:
                 return method(self, *a, **kw)
             finally:
-                self._drain()  # nothing an operation launched outlives it (an error between chunks too)
+                self.passes.drain()  # nothing an operation launched outlives it (an error between chunks too)
     return locked
 
 
-class Engine(Chunks, Fitting, Passes):
-    """Prefill-only scoring engine (docs/architecture.md, "Where each part lives").
+class Engine:
+    """Prefill-only scoring engine (docs/architecture.md, "Where each part lives"): it owns a
+    `ModelRunner` (the device), `Passes` (the prefix tree and the passes of a call), a `RequestFitter`
+    and `DocumentChunks`, each holding what its constructor takes.
 
     Thread safety: the operations (filter, score, chain, join, join_ids,
     pairs, classify, count_tokens) hold the engine's lock, so calls from
@@ -60,7 +60,6 @@ class Engine(Chunks, Fitting, Passes):
 
     def __init__(self, config: EngineConfig | None = None, **kw):
         self._lock = threading.RLock()
-        self._in_flight: deque = deque()  # (Launched, logits array it fills) of passes not read yet
         cfg = config or EngineConfig(**kw)
         if config is not None and kw:
             cfg = cfg.replace(**kw)
@@ -70,19 +69,40 @@ class Engine(Chunks, Fitting, Passes):
         self.model_config = src.config
         self.tokenizer = weights.load_tokenizer(src)
         self.renderer = PromptRenderer(self.tokenizer)
-        self.rt = Runtime.create(cfg, src.config)
-        model = weights.load_model(src, self.rt.device, self.rt.dtype)
-        model.prepare(self.renderer.answers.head_ids, self.rt.max_position, self.rt.device)
-        if cfg.quantize == "fp8":
-            model.quantize_fp8(keep=False)
-        self.model = model
-        self.rt.size_pool(src.config)
-        kv = KVCache(src.config.num_layers, self.rt.kv_slots, src.config.num_kv_heads,
-                     src.config.head_dim, self.rt.dtype, self.rt.device)
+        self.rt = Runtime.create(cfg, src.config)  # the device: every allocation and launch goes there
+        self.stats: dict = {}  # the counters of `reset_stats`; the parts below update this dict in place
+        with self.on_device():
+            model = weights.load_model(src, self.rt.device, self.rt.dtype)
+            model.prepare(self.renderer.answers.head_ids, self.rt.max_position, self.rt.device)
+            if cfg.quantize == "fp8":
+                model.quantize_fp8(keep=False)
+            self.model = model
+            self.rt.size_pool(src.config)
+            kv = KVCache(src.config.num_layers, self.rt.kv_slots, src.config.num_kv_heads,
+                         src.config.head_dim, self.rt.dtype, self.rt.device)
+        # the parts: the runner computes passes, `passes` plans them over the prefix tree (the scheduler
+        # side), `fitter` builds requests that fit the context, `chunks` tokenizes documents a chunk ahead
         self.runner = ModelRunner(model, kv, self.rt.ops, self.rt.device)
-        self._new_tree()
+        self.passes = Passes(self.runner, self.rt.kv_slots, self.rt.token_budget, self.rt.ctx_budget,
+                             len(self.renderer.answers.head_ids), cfg.prefix_cache, self.stats)
+        self.fitter = RequestFitter(self.renderer, self.rt.max_position, cfg.on_overflow == "truncate", self.stats)
+        self.chunks = DocumentChunks(self._tokenize, self.rt.token_budget)
         self.reset_stats()
         self.load_s = time.time() - t0
+
+    def on_device(self):
+        """Context in which this engine's device is torch's current one (Triton launches there)."""
+        if self.rt.device.type != "cuda":
+            return contextlib.nullcontext()
+        return torch.cuda.device(self.rt.device)
+
+    @property
+    def tree(self):
+        return self.passes.tree
+
+    @property
+    def pool(self):
+        return self.passes.pool
 
     # public contract ---------------------------------------------------------
     @property
@@ -111,12 +131,12 @@ class Engine(Chunks, Fitting, Passes):
         out = np.full((len(docs), len(questions)), np.nan)
         extra = sum(len(tail) for _, tail in parts)
         done = []
-        for lo, toks in self._chunks(docs, extra):  # the next chunk is tokenized while this one runs
+        for lo, toks in self.chunks(docs, extra):  # the next chunk is tokenized while this one runs
             reqs, where = [], []
             for q_i, (head, tail) in enumerate(parts):
                 for d_i, ids in enumerate(toks, lo):
                     if ids is not None:
-                        reqs.append(self._fit(d_i, head, ids, tail))
+                        reqs.append(self.fitter.fit(d_i, head, ids, tail))
                         where.append((d_i, q_i))
             done.append((where, self._run(reqs, defer=True)))  # its last pass runs on into the next chunk
         self._collect(out, done)
@@ -142,18 +162,18 @@ class Engine(Chunks, Fitting, Passes):
         parts = [self.renderer.filter_parts(q) for q in questions]
         toks: list = [None] * len(docs)
         done = []  # the last predicate's runs: nothing waits on them, so each runs on into the next block
-        for lo, chunk in self._chunks(docs, len(parts[0][1])):  # the next chunk is tokenized meanwhile
+        for lo, chunk in self.chunks(docs, len(parts[0][1])):  # the next chunk is tokenized meanwhile
             toks[lo:lo + len(chunk)] = chunk
             live = [i for i in range(lo, lo + len(chunk)) if toks[i] is not None]
             for block in self._blocks(live, toks, parts[0][0]):
-                pins = [self._pin(parts[0][0] + toks[i]) for i in block]
+                pins = [self.passes.pin(parts[0][0] + toks[i]) for i in block]
                 try:
                     if not short_circuit:  # every predicate on every document: one call, shared words of
                         self._chain_all(block, toks, parts, out)  # the questions computed once
                         continue
                     alive = block
                     for q_i, (head, tail) in enumerate(parts):
-                        reqs = [self._fit(i, head, toks[i], tail) for i in alive]
+                        reqs = [self.fitter.fit(i, head, toks[i], tail) for i in alive]
                         if q_i == len(parts) - 1:
                             done.append(([(i, q_i) for i in alive], self._run(reqs, defer=True)))
                             break
@@ -162,13 +182,13 @@ class Engine(Chunks, Fitting, Passes):
                         alive = [i for i, v in zip(alive, m) if v > 0]
                 finally:
                     for node in pins:
-                        self._unpin(node)
+                        self.passes.unpin(node)
         self._collect(out, done)
         self._stage("filter", questions, out)  # a predicate's margins are set exactly where it was evaluated
         return out
 
     def _chain_all(self, block, toks, parts, out):
-        reqs = [self._fit(i, head, toks[i], tail) for head, tail in parts for i in block]
+        reqs = [self.fitter.fit(i, head, toks[i], tail) for head, tail in parts for i in block]
         m = self._margins(self._run(reqs)).reshape(len(parts), len(block))
         for q_i in range(len(parts)):
             out[block, q_i] = m[q_i]
@@ -180,8 +200,13 @@ class Engine(Chunks, Fitting, Passes):
         p_toks = self._tokenize(partners)
         out = np.full((len(anchors), len(partners)), np.nan)
         done = []
-        for lo, a_toks in self._chunks(anchors):  # anchors tokenized a chunk ahead
-            reqs, where = self._join_requests(a_toks, p_toks, question, row0=lo)
+        head, mid, post = self.renderer.join_parts(question)
+        # an anchor's fresh tokens beyond its ids: its partners' (chunks of whole passes: the first pass starts
+        # after one or two anchors are prepared, and each later chunk's preparation is short)
+        extra = len(head) + len(mid) + sum(len(p) + len(post) for p in p_toks if p is not None)
+        for lo, a_toks in self.chunks(anchors, extra):  # anchors tokenized a chunk ahead
+            self.tree.op += 1
+            reqs, where = self.fitter.join_requests(a_toks, p_toks, question, row0=lo)
             done.append((where, self._run(reqs, defer=True)))  # its last pass runs on into the next chunk
         self._collect(out, done)
         self._stage("join", [question], out.reshape(-1, 1))
@@ -210,7 +235,7 @@ class Engine(Chunks, Fitting, Passes):
         reqs, where = [], []
         for i, (k, j) in enumerate(zip(a_of, p_of)):
             if k >= 0 and j >= 0:
-                reqs.append(self._pair_request(i, pre[k], a_ids[k], head, mid, p_ids[j], post))
+                reqs.append(self.fitter.pair_request(i, pre[k], a_ids[k], head, mid, p_ids[j], post))
                 where.append(i)
         out = np.full(len(anchors), np.nan)
         out[where] = self._margins(self._run(reqs))
@@ -218,7 +243,8 @@ class Engine(Chunks, Fitting, Passes):
         return out
 
     def _join_ids(self, a_toks, p_toks, question: str) -> np.ndarray:
-        reqs, where = self._join_requests(a_toks, p_toks, question)
+        self.tree.op += 1
+        reqs, where = self.fitter.join_requests(a_toks, p_toks, question)
         out = np.full((len(a_toks), len(p_toks)), np.nan)
         self._collect(out, [(where, self._run(reqs))])
         return out
@@ -233,7 +259,7 @@ class Engine(Chunks, Fitting, Passes):
         reqs, rows = [], []
         for i, ids in enumerate(toks):
             if ids is not None:
-                reqs.append(self._fit(i, head, ids, tail))
+                reqs.append(self.fitter.fit(i, head, ids, tail))
                 rows.append(i)
         probs = np.full((len(docs), len(labels)), np.nan)
         idx = np.full(len(docs), -1, dtype=np.int64)
@@ -253,17 +279,20 @@ class Engine(Chunks, Fitting, Passes):
         return [0 if t is None else len(t) for t in self._tokenize(documents(texts, "texts"))]
 
     def reset_stats(self):
-        self.stats = {"requested_tokens": 0, "fresh_tokens": 0, "reused_tokens": 0,
-                      "kv_regret_tokens": 0, "min_fresh_tokens": 0, "forward_passes": 0,
-                      "requests": 0, "wall_s": 0.0, "truncated_rows": 0, "stages": [],
-                      **dict.fromkeys(TREE_COUNTERS, 0)}
-        self._tree_seen = dict(self.tree.stats)
+        self.stats.clear()  # in place: the parts hold this dict
+        self.stats.update({"requested_tokens": 0, "fresh_tokens": 0, "reused_tokens": 0,
+                           "kv_regret_tokens": 0, "min_fresh_tokens": 0, "forward_passes": 0,
+                           "requests": 0, "wall_s": 0.0, "truncated_rows": 0, "stages": [],
+                           **dict.fromkeys(TREE_COUNTERS, 0)})
+        self.passes.tree_seen = dict(self.tree.stats)
 
     # internals ---------------------------------------------------------------
     def _new_tree(self):
-        self.pool = PagePool(self.rt.kv_slots)
-        self.tree = PrefixTree(self.pool)
-        self._tree_seen = dict(self.tree.stats)
+        self.passes.new_tree()
+
+    def _run(self, reqs, defer: bool = False) -> np.ndarray:
+        """Answer-row logits of (prefix, suffix) requests (`Passes.run`)."""
+        return self.passes.run(reqs, defer)
 
     def _ids(self, text: str) -> list[int]:
         """Ids of one document as rendered (no NULL rule: an empty text renders as nothing)."""
@@ -290,27 +319,15 @@ class Engine(Chunks, Fitting, Passes):
         for s in range(0, len(live), per):
             yield live[s:s + per]
 
-    def _pin(self, tokens) -> Node:
-        node = self.tree.insert(tokens)
-        for n in node.path():
-            n.pending += 1
-        return node
-
-    def _unpin(self, node: Node):
-        for n in node.path():
-            n.pending -= 1
-            if n.pending == 0:
-                self.tree.push(n)
-        self.tree.unlink_upward(node)
-
     def _collect(self, out: np.ndarray, done):
         """Read the passes still running, then write each request's margin at its index of `out`.
 
         done: (indices into out, logits array `_run` returned) per `_run` call."""
-        self.stats["wall_s"] += self._drain()  # the last chunk's last pass
+        self.stats["wall_s"] += self.passes.drain()  # the last chunk's last pass
         for where, logits in done:
-            for at, m in zip(where, self._margins(logits)):
-                out[at] = m
+            if where:  # (row, column) per request: one fancy-indexed write, not one per pair
+                rows, cols = np.asarray(where, dtype=np.int64).T
+                out[rows, cols] = self._margins(logits)
 
     def _margins(self, logits: np.ndarray) -> np.ndarray:
         if len(logits) == 0:

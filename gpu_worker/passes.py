@@ -1,17 +1,16 @@
-"""One call's requests as forward passes: tree inserts, the scheduler's passes launched one ahead, logits read.
-
-A part of `Engine` (docs/architecture.md): it uses the engine's prefix tree,
-runner, budgets, stats and its queue of launched passes (`_in_flight`).
-"""
+"""One call's requests as forward passes: tree inserts, the scheduler's passes launched one ahead, logits read."""
 from __future__ import annotations
 
 import gc
 import logging
 import time
+from collections import deque
 
 import numpy as np
 
-from .prefix_tree import Node
+from .kv_pool import PagePool
+from .prefix_tree import Node, PrefixTree
+from .runner import ModelRunner
 from .scheduler import Scheduler
 
 log = logging.getLogger("gpu_worker")
@@ -21,49 +20,82 @@ TREE_COUNTERS = {"kv_kept_tokens": "kept_tokens", "kv_kept_unread_tokens": "kept
 
 
 class Passes:
-    """`_run(requests)` -> answer-row logits; `_drain()` reads passes left running by `_run(defer=True)`."""
+    """`run(requests)` -> answer-row logits; `drain()` reads passes left running by `run(defer=True)`.
 
-    def _drain(self):
-        """Read every launched pass (its logits land in the array `_run` returned); returns the seconds waited."""
+    Holds the KV page pool and the prefix tree over it (what is resident), the
+    model runner that launches a pass, the budgets of a pass, the engine's
+    counters (updated in place) and the queue of launched passes not read yet.
+    """
+
+    def __init__(self, runner: ModelRunner, kv_slots: int, token_budget: int, ctx_budget: int, n_head: int,
+                 share: bool, stats: dict):
+        self.runner = runner
+        self.kv_slots, self.token_budget, self.ctx_budget = kv_slots, token_budget, ctx_budget
+        self.n_head = n_head  # logits per request (the answer tokens' columns)
+        self.share = share  # prefix caching: requests share their common prefixes
+        self.stats = stats
+        self.in_flight: deque = deque()  # (Launched, logits array it fills) of passes not read yet
+        self.new_tree()
+
+    def new_tree(self):
+        """An empty pool and tree (also after an interrupted call, whose bookkeeping is not trusted)."""
+        self.pool = PagePool(self.kv_slots)
+        self.tree = PrefixTree(self.pool)
+        self.tree_seen = dict(self.tree.stats)
+
+    def drain(self) -> float:
+        """Read every launched pass (its logits land in the array `run` returned); returns the seconds waited."""
         t0 = time.time()
-        while self._in_flight:
-            self._read(*self._in_flight.popleft())
+        while self.in_flight:
+            self.read(*self.in_flight.popleft())
         return time.time() - t0
 
     @staticmethod
-    def _read(launched, out: np.ndarray):
+    def read(launched, out: np.ndarray):
         out[launched.requests] = launched.wait()  # the one wait on the device per pass
 
-    def _run(self, reqs: list[tuple[list[int], list[int]]], defer: bool = False) -> np.ndarray:
+    def pin(self, tokens) -> Node:
+        """Insert `tokens` and keep their KV resident until `unpin` (a chain's document between predicates)."""
+        node = self.tree.insert(tokens)
+        for n in node.path():
+            n.pending += 1
+        return node
+
+    def unpin(self, node: Node):
+        for n in node.path():
+            n.pending -= 1
+            if n.pending == 0:
+                self.tree.push(n)
+        self.tree.unlink_upward(node)
+
+    def run(self, reqs: list[tuple[list[int], list[int]]], defer: bool = False) -> np.ndarray:
         """Answer-row logits [n_requests, n_head] for (prefix, suffix) requests.
 
         defer: return with the last pass still running; its rows are filled by
-        the next `_run` (which launches its own first pass before it waits) or
-        by `_drain`. Consecutive chunks of one operation so keep the device busy
+        the next `run` (which launches its own first pass before it waits) or
+        by `drain`. Consecutive chunks of one operation so keep the device busy
         while the host prepares the next chunk.
         """
         t0 = time.time()
-        n_head = len(self.renderer.answers.head_ids)
-        out = np.zeros((len(reqs), n_head), dtype=np.float32)
+        out = np.zeros((len(reqs), self.n_head), dtype=np.float32)
         if not reqs:
             return out
-        share = self.config.prefix_cache
         gc_on = gc.isenabled()
         gc.disable()  # millions of token ints: a full collection mid-call costs seconds
         try:
-            ends = self._insert(reqs, share)
-            return self._schedule(reqs, ends, share, out, t0, defer)
+            ends = self._insert(reqs)
+            return self._schedule(reqs, ends, out, t0, defer)
         finally:
             if gc_on:
                 gc.enable()
 
-    def _insert(self, reqs, share: bool) -> list[Node]:
+    def _insert(self, reqs) -> list[Node]:
         """Tree node of each request's end; a prefix list shared by requests is looked up once."""
         ends: list[Node] = []
         by_id: dict[int, Node] = {}
         by_tokens: dict[tuple, Node] = {}
         for i, (prefix, suffix) in enumerate(reqs):
-            if not share:
+            if not self.share:
                 ends.append(self.tree.insert(prefix + suffix, at=self.tree.root(("solo", i))))
                 continue
             at = by_id.get(id(prefix))
@@ -77,10 +109,10 @@ class Passes:
             ends.append(self.tree.insert(suffix, at=at) if suffix else at)
         return ends
 
-    def _schedule(self, reqs, ends, share: bool, out: np.ndarray, t0: float, defer: bool) -> np.ndarray:
-        sched = Scheduler(self.tree, ends, self.rt.token_budget, retain=share, ctx_budget=self.rt.ctx_budget)
+    def _schedule(self, reqs, ends, out: np.ndarray, t0: float, defer: bool) -> np.ndarray:
+        sched = Scheduler(self.tree, ends, self.token_budget, retain=self.share, ctx_budget=self.ctx_budget)
         passes, last_log = 0, t0
-        in_flight = self._in_flight
+        in_flight = self.in_flight
         try:
             while not sched.done:
                 jobs = sched.next_pass()
@@ -90,24 +122,28 @@ class Passes:
                 sched.finish(jobs)  # bookkeeping only: the next pass is planned while this one runs
                 passes += 1
                 if len(in_flight) > 1:
-                    self._read(*in_flight.popleft())
+                    self.read(*in_flight.popleft())
                 if time.time() - last_log > 10:
                     last_log = time.time()
                     log.info("engine: %d/%d prompts planned, %d passes, %.0f s",
                              sum(sched.served), len(reqs), passes, last_log - t0)
             if not defer:
-                self._drain()
+                self.drain()
         except BaseException:
             in_flight.clear()  # (pinned host buffers stay valid until their copies finish)
-            self._new_tree()  # bookkeeping of an interrupted call is not trusted
+            self.new_tree()
             raise
-        if not share:
+        if not self.share:
             for i in range(len(reqs)):
                 self.tree.drop_root(("solo", i))
         self.tree.trim()
+        self._count(reqs, sched, passes, t0)
+        return out
+
+    def _count(self, reqs, sched: Scheduler, passes: int, t0: float):
         for k, t in TREE_COUNTERS.items():
-            self.stats[k] += self.tree.stats[t] - self._tree_seen.get(t, 0)
-        self._tree_seen = dict(self.tree.stats)
+            self.stats[k] += self.tree.stats[t] - self.tree_seen.get(t, 0)
+        self.tree_seen = dict(self.tree.stats)
         requested = sum(len(p) + len(s) for p, s in reqs)
         st = self.stats
         st["requested_tokens"] += requested
@@ -118,4 +154,3 @@ class Passes:
         st["forward_passes"] += passes
         st["requests"] += len(reqs)
         st["wall_s"] += time.time() - t0
-        return out

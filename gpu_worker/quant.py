@@ -4,22 +4,21 @@ A row x is kept as q = clamp(x / s, -448, 448) in float8_e4m3fn with one
 float32 scale s = max|x| / 448 per row (per token for activations, per output
 channel for weights), so x ~= q * s. A projection is
 `torch._scaled_mm(q_x, q_w.t(), scale_a=s_x [T, 1], scale_b=s_w [1, N])`:
-Hopper's FP8 tensor cores at about twice the bf16 rate. This is the truth the
-Triton kernels of kernels/fp8.py are tested against, and the CPU path.
+Hopper's FP8 tensor cores at about twice the bf16 rate. Rows are quantized by
+kernels/quant_ref.py (the reference of kernels/fp8.py's kernels); this is the CPU path.
 """
 from __future__ import annotations
 
 import torch
 
-FP8 = torch.float8_e4m3fn
-FP8_MAX = 448.0
 
 
 def quant_rows(x: torch.Tensor):
-    """x [T, K] -> (q float8_e4m3fn [T, K], scale float32 [T, 1]) with x ~= q * scale."""
-    xf = x.float()
-    s = xf.abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / FP8_MAX
-    return (xf / s).clamp(-FP8_MAX, FP8_MAX).to(FP8), s
+    """x [T, K] -> (q float8_e4m3fn [T, K], scale float32 [T, 1]): kernels/quant_ref.py (imported on the first
+    FP8 call: importing the kernels package imports Triton, which the bf16 CPU path never needs)."""
+    from kernels.quant_ref import quant_rows as ref
+
+    return ref(x)
 
 
 def quantize_weight(w: torch.Tensor):

@@ -49,7 +49,10 @@ class Runtime:
                 raise RuntimeError(f"device {cfg.device!r} asked for, but torch sees no CUDA GPU; use device='cpu'")
             if device.index is None:
                 device = torch.device("cuda", torch.cuda.current_device())
-            torch.cuda.set_device(device)
+            if device.index >= torch.cuda.device_count():
+                raise ValueError(f"device {cfg.device!r} asked for, but torch sees {torch.cuda.device_count()} "
+                                 "CUDA GPU(s) (CUDA_VISIBLE_DEVICES numbers them from 0)")
+            # no torch.cuda.set_device: the engine makes its device current around its own work only
         elif device.type != "cpu":
             raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {cfg.device!r}")
         if cfg.quantize == "fp8" and device.type == "cuda":

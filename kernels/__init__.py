@@ -2,7 +2,8 @@
 
 Launchers take CUDA tensors, or CPU tensors when TRITON_INTERPRET=1 (Triton's
 interpreter). Without triton installed the package still imports but exports
-only `triton_available()` (False); the CPU path uses plain torch elsewhere.
+only `triton_available()` (False) and the torch-only `quant_ref`; the CPU path
+uses plain torch elsewhere. Nothing here imports gpu_worker.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ if _triton is not None:
     from kernels.rmsnorm import fused_add_rmsnorm, fused_add_rmsnorm_ref, rmsnorm, rmsnorm_ref
     from kernels.rope import qk_norm_rope, qk_norm_rope_ref
     from kernels.silu_mul import silu_and_mul, silu_and_mul_ref
+    from kernels.varlen_attention import varlen_attention, varlen_attention_ref
+    from kernels.varlen_attention import varlen_attention, varlen_attention_ref
 
     __all__ = [
         "triton_available",
@@ -45,7 +48,7 @@ if _triton is not None:
         "qk_norm_rope", "qk_norm_rope_ref",
         "silu_and_mul", "silu_and_mul_ref",
         "merge_attn", "merge_attn_ref",
-        "seg_attention", "seg_attention_ref",
+        "seg_attention", "seg_attention_ref", "varlen_attention", "varlen_attention_ref",
         "quant_rows", "quant_rows_ref", "rmsnorm_fp8", "fused_add_rmsnorm_fp8", "silu_and_mul_fp8",
     ]
 else:

@@ -1,7 +1,7 @@
 """What every kernel that emits FP8 rows shares (kernels/fp8.py, kernels/rmsnorm.py with QUANT).
 
 A row y is stored as q = clamp(y / s, -448, 448) in float8_e4m3fn with one
-float32 scale s = max|y| / 448 per row (gpu_worker/quant.py is the torch
+float32 scale s = max|y| / 448 per row (kernels/quant_ref.py is the torch
 reference). Triton's CPU interpreter converts to float8 wrongly (124.3 -> 64:
 the mantissa carry is lost), so there the kernels write the scaled row in
 float32 and torch casts it (`quant_buffers` / `finish`).

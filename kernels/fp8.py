@@ -4,8 +4,8 @@ A row x is stored as q = clamp(x / s, -448, 448) in float8_e4m3fn with
 s = max|x| / 448 (float32, one per row), so x ~= q * s. Weights get the same
 per-output-row scheme once; a projection is then
 `torch._scaled_mm(q_x, q_w.t(), scale_a=s_x [T, 1], scale_b=s_w [1, N])` with
-bf16 output (Hopper's FP8 tensor cores, about twice the bf16 rate); the weight side and
-the torch reference live in gpu_worker/quant.py.
+bf16 output (Hopper's FP8 tensor cores, about twice the bf16 rate); the torch reference is
+kernels/quant_ref.py.
 
 The kernels here produce (q, s) where the bf16 path produces x: after RMSNorm
 (rmsnorm.py, QUANT), after SiLU-and-mul, and from a plain row (the attention
@@ -19,6 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels import quant_ref
 from kernels._quant import finish, quant_buffers, store_quant
 from kernels._util import FLOAT_DTYPES, block_size, check_device, check_tensor, num_warps_for
 from kernels.rmsnorm import _check as _check_norm
@@ -81,8 +82,4 @@ def fused_add_rmsnorm_fp8(x, residual, weight, eps):
     return _norm_launch(x, residual, weight, eps, quant=True)
 
 
-def quant_rows_ref(x: torch.Tensor):
-    """The torch reference (gpu_worker.quant, also the CPU path)."""
-    from gpu_worker.quant import quant_rows as ref
-
-    return ref(x)
+quant_rows_ref = quant_ref.quant_rows  # the torch reference (also the CPU path)

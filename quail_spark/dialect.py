@@ -18,33 +18,16 @@ follow it, with an optional last ``map(...)`` of hints.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import sqlglot
 from sqlglot import exp
 from sqlglot.tokens import TokenType
 
+from gpu_worker.ai_calls import FUNCTIONS, Call, placeholders
 from quail_spark.errors import HintError, TemplateError, UnsupportedSQL
 
-AI_NAMES = {"ai_if": "ai_if", "ai_filter": "ai_if", "ai_score": "ai_score", "ai_classify": "ai_classify"}
 IGNORED_KWARGS = {"connection_id", "endpoint", "model", "model_params", "output_schema"}
 HINT_KEYS = ("selectivity", "anchor")
 DIALECTS = ("spark", "bigquery", "snowflake")
-
-
-@dataclass(frozen=True)
-class AICall:
-    """One AI function call of a query: ``fn`` (ai_if, ai_score, ai_classify), the template
-    text, its column arguments as Spark SQL, the labels of ai_classify and the hints."""
-
-    fn: str
-    template: str
-    args: tuple
-    labels: tuple = ()
-    hints: tuple = ()  # ((key, value), ...)
-
-    def hint(self, key: str, default=None):
-        return dict(self.hints).get(key, default)
 
 
 def to_spark(sql: str, dialect: str | None = None) -> tuple[str, tuple]:
@@ -94,7 +77,7 @@ def _rewrite_bigquery(sql: str) -> tuple[str, bool]:
     spans = [(a.start, name.end + 1, "ai_" + name.text.lower())
              for a, dot, name, paren in zip(toks, toks[1:], toks[2:], toks[3:])
              if a.text.upper() == "AI" and dot.token_type == TokenType.DOT
-             and name.text.upper() in ("IF", "SCORE", "CLASSIFY") and paren.token_type == TokenType.L_PAREN]
+             and name.text.lower() in set(FUNCTIONS.values()) and paren.token_type == TokenType.L_PAREN]
     for start, end, new in reversed(spans):
         sql = sql[:start] + new + sql[end:]
     return sql, bool(spans)
@@ -109,7 +92,7 @@ def _detect(sql: str) -> str:
         return "spark"
     calls = [i for i, (t, nxt) in enumerate(zip(toks, toks[1:])) if nxt.token_type == TokenType.L_PAREN]
     names = {toks[i].text.upper() for i in calls}
-    if not names & {"AI_FILTER", "AI_CLASSIFY", "AI_IF", "AI_SCORE"}:
+    if not names & {n.upper() for n in FUNCTIONS}:
         return "spark"
     if names & {"PROMPT", "OBJECT_CONSTRUCT"}:
         return "snowflake"
@@ -127,13 +110,31 @@ def _detect(sql: str) -> str:
 def _ai_name(node) -> str | None:
     if isinstance(node, exp.AIClassify):
         return "ai_classify"
-    if isinstance(node, exp.Anonymous):
-        return AI_NAMES.get(node.name.lower())
+    if isinstance(node, exp.Anonymous) and node.name.lower() in FUNCTIONS:
+        return node.name.lower()
     return None
 
 
-def _ai_call(node, name: str) -> AICall:
-    """The AICall of one call node in any accepted spelling."""
+def parse_call(expr: str) -> tuple[Call, exp.Expression]:
+    """(Call, its sqlglot node) of Spark SQL text that is exactly one AI call: the column
+    expressions of enrichment specs and ArrowMapper (the dialect front end reads calls the same way).
+
+    >>> parse_call("ai_classify(body, array('bug', 'praise'))")[0].labels
+    ('bug', 'praise')
+    """
+    try:
+        node = sqlglot.parse_one(expr, read="spark")
+    except sqlglot.errors.SqlglotError as e:
+        raise UnsupportedSQL(f"text that does not parse: {expr[:80]!r}", str(e).splitlines()[0]) from None
+    name = _ai_name(node)
+    if name is None:
+        raise UnsupportedSQL(f"{expr[:80]!r} as one AI call",
+                             f"expected one AI call ({', '.join(sorted(FUNCTIONS))}), got {type(node).__name__}")
+    return _ai_call(node, name), node
+
+
+def _ai_call(node, name: str) -> Call:
+    """The Call of one call node in any accepted spelling."""
     raw = ([node.this, node.args.get("categories"), node.args.get("config")]
            if isinstance(node, exp.AIClassify) else list(node.expressions))
     pos, kw = [], {}
@@ -158,12 +159,17 @@ def _ai_call(node, name: str) -> AICall:
             raise TemplateError(node.sql()[:80], "expected the labels as array('a', 'b', ...)")
         labels = tuple(_literal(v) for v in labels.expressions)
     text, args = _template(pos, name, node)
-    call = AICall(name, text, tuple(a.sql(dialect="spark") for a in args), labels or (), _hints(hints))
-    tables = sorted({a.table for a in args if isinstance(a, exp.Column) and a.table})
-    anchor = call.hint("anchor")
-    if anchor is not None and tables and anchor not in tables:
-        raise HintError("anchor", f"expected one of the template's tables {tables}, got {anchor!r}")
-    return call
+    hints = _hints(hints)
+    tables = [a.table if isinstance(a, exp.Column) else "" for a in args]
+    anchor = dict(hints).get("anchor")
+    if anchor is not None and any(tables) and anchor not in tables:
+        raise HintError("anchor", f"expected one of the template's tables {sorted(set(tables) - {''})}, "
+                                  f"got {anchor!r}")
+    position = tables.index(anchor) if anchor in tables and len(args) == 2 else None
+    try:
+        return Call.of(name, text, tuple(a.sql(dialect="spark") for a in args), labels or (), hints, position)
+    except ValueError as e:
+        raise TemplateError(text, str(e)) from None
 
 
 def _template(pos, name, node) -> tuple[str, list]:
@@ -194,8 +200,6 @@ def _template(pos, name, node) -> tuple[str, list]:
 
 
 def _checked(text: str, args, name) -> tuple[str, list]:
-    from gpu_worker.ai_calls import placeholders
-
     used = set(placeholders(text))
     for i in sorted(used):
         if i >= len(args):
@@ -248,7 +252,7 @@ def _hints(node) -> tuple:
     return tuple(out)
 
 
-def _spark_call(call: AICall) -> exp.Expression:
+def _spark_call(call: Call) -> exp.Expression:
     """``ai_if('t', a, b[, map(...)])`` / ``ai_classify('t', a, array(...))`` as a sqlglot node."""
     args = [sqlglot.parse_one(a, read="spark") for a in call.args]
     if not (call.fn == "ai_classify" and call.template == "{0}" and len(args) == 1):

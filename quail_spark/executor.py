@@ -9,7 +9,7 @@ a module-level cache keyed by the configuration (like
 same worker reuse the loaded model and its prefix cache.
 
 The SQL functions (ai_if, ai_filter, ai_score, ai_classify) and the internal
-UDFs of the optimizer rules (quail_chain, quail_join) evaluate through
+UDFs of the optimizer rules (quail_chain, quail_join, quail_eval) evaluate through
 :mod:`gpu_worker.ai_calls`: one prompt rendering and one NULL rule for all.
 
 A task asking for 'cuda' uses the GPU Spark assigned to it
@@ -125,27 +125,7 @@ def udf_score(conf, run, *args):
 
 def udf_classify(conf, run, *args):
     """Arrow UDF body of ``ai_classify([template,] col0[, ...], array(labels)[, hint])``."""
-    from gpu_worker.ai_calls import Call, evaluate
-
-    args = _strip_hint(args)
-    if len(args) < 2 or not (pa.types.is_list(args[-1].type) or pa.types.is_large_list(args[-1].type)):
-        last = args[-1].type if args else "missing"
-        raise TypeError("ai_classify expected (column, array('a', 'b', ...)) or (template, column, ..., "
-                        f"array(...)); the last argument is {last}")
-    if len(args) == 2:
-        args = (pa.array(["{0}"] * len(args[0]), pa.string()), args[0], args[1])
-    template, cols, labels = args[0], args[1:-1], args[-1].to_pylist()
-    _check_strings("ai_classify", template, cols)
-    values = [c.to_pylist() for c in cols]
-    out = [None] * len(template)
-    with _metered(conf, run) as eng:
-        for (text, labs), rows in _groups(template.to_pylist(), [tuple(x or ()) for x in labels]).items():
-            call = Call("classify", text, len(cols), labs)
-            got = evaluate(eng, call, [[v[r] for r in rows] for v in values],
-                           where=_where("ai_classify", rows, len(cols)))
-            for r, x in zip(rows, got):
-                out[r] = x
-    return pa.array(out, pa.string())
+    return pa.array(_per_template(conf, run, "classify", args), pa.string())
 
 
 def udf_chain(conf, run, spec, doc):
@@ -231,25 +211,86 @@ def udf_match(conf, run, spec, *cols):
     return pa.ListArray.from_arrays(offsets, pa.array(got, pa.bool_()))
 
 
-def _per_template(conf, run, kind: str, args) -> list:
-    from gpu_worker.ai_calls import Call, evaluate
+def udf_eval(conf, run, spec, *args):
+    """Arrow UDF body of the internal ``quail_eval(spec, arg0, arg1, ...)`` made by the rule QuailFuseCalls.
 
+    ``spec`` is JSON ``{"calls": [{"fn": "ai_score", "args": [0, 1]}, ...]}``: the AI calls of
+    one plan node over one document, each with the positions of its arguments among ``args``.
+    Each call is read as its own UDF reads it and answered as it would be alone (the same
+    prompts, its NULL rule on its own columns); the one-column questions over the document
+    are asked together, its KV computed once. Returns a struct of three arrays per row,
+    ``flags`` (ai_if), ``scores`` (ai_score), ``labels`` (ai_classify): one element per
+    call of that kind, in spec order.
+    """
+    import json
+
+    from gpu_worker.ai_calls import evaluate_together
+
+    _check_strings("quail_eval", spec, [])
+    calls = json.loads(spec[0].as_py())["calls"]
+    items, wheres, places = [], [], []
+    for k, c in enumerate(calls):
+        fn = c["fn"].lower()
+        for call, rows, values in _parsed(fn, [args[i] for i in c["args"]]):
+            items.append((call, values))
+            wheres.append(_where(f"{fn} (fused by quail_eval)", rows, call.n_cols))
+            places.append((k, rows))
+    results = [[None] * len(spec) for _ in calls]
+    with _metered(conf, run) as eng:
+        for (k, rows), got in zip(places, evaluate_together(eng, items, wheres)):
+            for r, x in zip(rows, got):
+                results[k][r] = x
+    by_kind: dict = {}
+    for c, res in zip(calls, results):
+        by_kind.setdefault(_KINDS[c["fn"].lower()], []).append(res)
+    arrays = [pa.array([list(row) for row in zip(*by_kind[kind])] if kind in by_kind else [[]] * len(spec),
+                       pa.list_(t)) for _, kind, t in EVAL_FIELDS]
+    return pa.StructArray.from_arrays(arrays, names=[name for name, _, _ in EVAL_FIELDS])
+
+
+_KINDS = {"ai_if": "if", "ai_filter": "if", "ai_score": "score", "ai_classify": "classify"}
+# quail_eval's struct, as QuailFuseCalls reads it: (field, the kind of call it holds, element type)
+EVAL_FIELDS = (("flags", "if", pa.bool_()), ("scores", "score", pa.float64()), ("labels", "classify", pa.string()))
+EVAL_TYPE = "struct<flags: array<boolean>, scores: array<double>, labels: array<string>>"
+
+
+def _per_template(conf, run, kind: str, args) -> list:
+    from gpu_worker.ai_calls import evaluate
+
+    out = [None] * len(args[0]) if args else []
     fn = f"ai_{kind}"
-    anchor = _anchor_arg(args)
+    with _metered(conf, run) as eng:
+        for call, rows, values in _parsed(fn, args):
+            got = evaluate(eng, call, values, where=_where(fn, rows, call.n_cols))
+            for r, x in zip(rows, got):
+                out[r] = x
+    return out
+
+
+def _parsed(fn: str, args) -> list:
+    """The calls of one AI function's Arrow arguments: (Call, rows, column values of those rows)
+    per distinct template (and labels)."""
+    from gpu_worker.ai_calls import Call
+
+    kind = _KINDS[fn]
+    anchor = _anchor_arg(args) if kind != "classify" else None
     args = _strip_hint(args)
-    if len(args) < 2:
+    labels = [()] * (len(args[0]) if args else 0)
+    if kind == "classify":
+        if len(args) < 2 or not (pa.types.is_list(args[-1].type) or pa.types.is_large_list(args[-1].type)):
+            last = args[-1].type if args else "missing"
+            raise TypeError("ai_classify expected (column, array('a', 'b', ...)) or (template, column, ..., "
+                            f"array(...)); the last argument is {last}")
+        if len(args) == 2:
+            args = (pa.array(["{0}"] * len(args[0]), pa.string()), args[0], args[1])
+        labels, args = [tuple(x or ()) for x in args[-1].to_pylist()], args[:-1]
+    elif len(args) < 2:
         raise TypeError(f"{fn} expected (template, column[, column ...][, map hint]), got {len(args)} argument(s)")
     template, cols = args[0], args[1:]
     _check_strings(fn, template, cols)
     values = [c.to_pylist() for c in cols]
-    out = [None] * len(template)
-    with _metered(conf, run) as eng:
-        for text, rows in _groups(template.to_pylist()).items():
-            got = evaluate(eng, Call(kind, text, len(cols), anchor=anchor), [[v[r] for r in rows] for v in values],
-                           where=_where(fn, rows, len(cols)))
-            for r, x in zip(rows, got):
-                out[r] = x
-    return out
+    return [(Call(kind, text, len(cols), labs, anchor=anchor), rows, [[v[r] for r in rows] for v in values])
+            for (text, labs), rows in _groups(template.to_pylist(), labels).items()]
 
 
 class _metered:

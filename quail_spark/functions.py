@@ -2,11 +2,10 @@
 
 :func:`install` registers them as Arrow-batched Python UDFs, so any
 ``spark.sql`` query or DataFrame expression can call them, together with the
-internal UDFs ``quail_chain``, ``quail_join`` and ``quail_match`` that the
-rules of the Spark extension (``quail_spark.spark_conf()``) put in place of AI
-filters, AI joins and outer / semi / anti AI joins. Every evaluation goes
-through :mod:`gpu_worker.ai_calls`: one prompt rendering, one NULL rule, on
-every path.
+internal UDFs ``quail_chain``, ``quail_join``, ``quail_eval`` and ``quail_match`` that the
+optimizer rules of the Spark extension (``quail_spark.spark_conf()``) put in
+place of AI filters, AI joins, the other AI calls of a plan node, and outer / semi / anti AI joins. Every evaluation goes through :mod:`gpu_worker.ai_calls`: one
+prompt rendering, one NULL rule, on every path.
 
 Signatures (the template's ``{i}`` is the i-th column after it; an optional
 last argument ``map('selectivity', 0.25, 'anchor', 'n')`` is a hint for the
@@ -30,15 +29,18 @@ from __future__ import annotations
 import functools
 import warnings
 
+from gpu_worker import ai_calls
 from quail_spark import executor
 from quail_spark.extension import EXTENSION_CLASS
 from quail_spark.metrics import session_dir
 
-FUNCTIONS = {"ai_if": ("boolean", executor.udf_if), "ai_filter": ("boolean", executor.udf_if),
-             "ai_score": ("double", executor.udf_score), "ai_classify": ("string", executor.udf_classify)}
+# name -> (result type, body); the names are the one table of gpu_worker.ai_calls
+BODIES = {"if": executor.udf_if, "score": executor.udf_score, "classify": executor.udf_classify}
+FUNCTIONS = {name: (ai_calls.RESULT_TYPES[kind], BODIES[kind]) for name, kind in ai_calls.FUNCTIONS.items()}
 # made by the optimizer rules only; non-deterministic so that Spark keeps them where the rules put them
-INTERNAL = {"quail_chain": ("boolean", executor.udf_chain), "quail_join": ("boolean", executor.udf_join),
-            "quail_match": ("array<boolean>", executor.udf_match)}
+INTERNAL = {name: {"quail_chain": ("boolean", executor.udf_chain), "quail_join": ("boolean", executor.udf_join),
+                   "quail_eval": (executor.EVAL_TYPE, executor.udf_eval),
+                   "quail_match": ("array<boolean>", executor.udf_match)}[name] for name in ai_calls.INTERNAL}
 
 
 def install(spark, model: str = "smollm2-135m", device: str = "cpu", **engine_conf) -> dict:

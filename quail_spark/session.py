@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import time
 
-from quail_spark.dialect import AICall, to_spark
+from gpu_worker.ai_calls import Call
+from quail_spark.dialect import to_spark
 
 
 
@@ -72,14 +73,14 @@ class QuailSession:
         from quail_spark.functions import ai_if
 
         hints = (("selectivity", float(selectivity)),) if selectivity is not None else ()
-        call = AICall("ai_if", template, tuple(cols), (), hints)
+        call = Call.of("ai_if", template, tuple(cols), (), hints)
         return Query(self, df.filter(ai_if(template, *cols, hint=dict(hints))), (call,))
 
     def ai_score(self, df, template: str, *cols: str, alias: str = "score") -> "Query":
         """``df`` with a column ``alias`` = P(TRUE) of ``template`` over ``cols``."""
         from quail_spark.functions import ai_score
 
-        call = AICall("ai_score", template, tuple(cols))
+        call = Call.of("ai_score", template, tuple(cols))
         return Query(self, df.withColumn(alias, ai_score(template, *cols)), (call,))
 
     def ai_classify(self, df, col: str, labels, template: str | None = None,
@@ -87,7 +88,7 @@ class QuailSession:
         """``df`` with a column ``alias`` holding one of ``labels`` per row."""
         from quail_spark.functions import ai_classify
 
-        call = AICall("ai_classify", template or "{0}", (col,), tuple(labels))
+        call = Call.of("ai_classify", template or "{0}", (col,), tuple(labels))
         return Query(self, df.withColumn(alias, ai_classify(col, list(labels), template)), (call,))
 
     def ai_join(self, left, right, template: str, left_col: str, right_col: str,
@@ -108,7 +109,7 @@ class QuailSession:
         hints = (("anchor", anchor[0]),) if anchor else ()
         cols = (F.col(f"l.{left_col}"), F.col(f"r.{right_col}"))
         cond = ai_if(template, *cols, hint=dict(hints))
-        call = AICall("ai_if", template, (f"l.{left_col}", f"r.{right_col}"), (), hints)
+        call = Call.of("ai_if", template, (f"l.{left_col}", f"r.{right_col}"), (), hints)
         return Query(self, left.alias("l").join(right.alias("r"), on=cond, how="inner"), (call,))
 
 
@@ -128,11 +129,16 @@ class Query:
         a ``tokens`` hint, or a default); runs no Spark job."""
         from quail_spark.cost import CONF
         from quail_spark.explain import explain_text
+        from quail_spark.notebook import Explain, in_kernel
 
         conf = self.session.spark.conf
         model = f"{conf.get(CONF + 'name', self.session.model)} at {float(conf.get(CONF + 'rate', '0')) / 1e12:g} TFLOP/s"
-        text = explain_text(self._df, self.calls, model)
-        if print_it:
+        text = Explain(explain_text(self._df, self.calls, model))
+        if print_it and in_kernel():
+            from IPython.display import display
+
+            display(text)  # HTML: the plans folded, the AI sections as tables
+        elif print_it:
             print(text)
         return text
 
@@ -140,13 +146,25 @@ class Query:
         """The lazy Spark DataFrame of the query."""
         return self._df
 
-    def collect(self, summary: bool = False) -> list:
-        """Run the query; rows as a list of Row. Sets :attr:`report`; ``summary`` prints it."""
+    def collect(self, summary: bool = False, progress: bool = True) -> list:
+        """Run the query; rows as a list of Row. Sets :attr:`report`; ``summary`` prints it.
+        ``progress`` shows the AI work while it runs (:class:`quail_spark.notebook.Progress`)."""
+        return self._run(self._df.collect, summary, progress)
+
+    def to_pandas(self, summary: bool = False, progress: bool = True):
+        """Run the query; rows as a pandas DataFrame. Sets :attr:`report` as :meth:`collect` does."""
+        return self._run(self._df.toPandas, summary, progress)
+
+    def _run(self, action, summary: bool, progress: bool):
+        import contextlib
+
         import quail_spark
+        from quail_spark.notebook import Progress
 
         before = quail_spark.metrics(self.session.spark)
         t0 = time.time()
-        rows = self._df.collect()
+        with Progress(self.session.spark) if progress else contextlib.nullcontext():
+            rows = action()
         self._wall = time.time() - t0
         report = _difference(quail_spark.metrics(self.session.spark), before)
         report["stages"] = {k: v for k, v in report.get("stages", {}).items() if any(v.values())}
@@ -161,10 +179,13 @@ class Query:
         ``quail_spark.metrics(spark)`` around it (requested_tokens, fresh_tokens,
         reused_tokens, kv_regret_tokens, forward_passes, truncated_rows, errored_rows,
         stages) plus ``wall_s``. Work of other queries running at the same time in the
-        session is counted too. Empty before the first :meth:`collect`."""
+        session is counted too. Empty before the first :meth:`collect`. A dict that
+        renders as tables in a notebook (:class:`quail_spark.notebook.Report`)."""
+        from quail_spark.notebook import Report
+
         if self._report is None:
-            return {}
-        return {**self._report, "wall_s": self._wall}
+            return Report()
+        return Report({**self._report, "wall_s": self._wall})
 
     def summary(self) -> str:
         """One paragraph: tokens, reuse, passes, time."""

@@ -76,10 +76,16 @@ class ProgressLine(threading.Thread):
     def _tasks(self) -> str:
         if self.sc is None:
             return ""
-        st = self.sc.statusTracker()
-        done = total = 0
-        for sid in st.getActiveStageIds():
-            info = st.getStageInfo(sid)
-            if info is not None:
-                done, total = done + info.numCompletedTasks, total + info.numTasks
+        done, total = stage_tasks(self.sc)
         return f", tasks {done}/{total}" if total else ""
+
+
+def stage_tasks(sc) -> tuple:
+    """(completed, all) tasks of the active stages of SparkContext ``sc``."""
+    st = sc.statusTracker()
+    done = total = 0
+    for sid in st.getActiveStageIds():
+        info = st.getStageInfo(sid)
+        if info is not None:
+            done, total = done + info.numCompletedTasks, total + info.numTasks
+    return done, total

@@ -19,7 +19,6 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpu_worker.ai_calls import Call
 from gpu_worker.ai_columns import AIColumn
 
 KEYS = {"input": "input path (.parquet/.jsonl/.json/.csv) or catalog table",
@@ -29,7 +28,6 @@ KEYS = {"input": "input path (.parquet/.jsonl/.json/.csv) or catalog table",
         "device": "'cpu', 'cuda' (the GPU Spark assigns each AI task) or 'auto'",
         "engine": "other EngineConfig fields", "catalog": "pyiceberg catalog properties (Iceberg output)"}
 REQUIRED = ("input", "output", "key", "columns")
-FUNCTIONS = {"ai_if": "if", "ai_filter": "if", "ai_score": "score", "ai_classify": "classify"}
 # Engine settings that change results; the others (budgets, device, caches) only change speed.
 VALUE_SETTINGS = ("dtype", "on_overflow", "max_prompt_tokens", "seed", "tokenizer", "quantize")
 RESERVED = ("_ai_error", "_ai_hash")
@@ -157,51 +155,21 @@ def parse_column(name: str, expr) -> AIColumn:
     import sqlglot
     from sqlglot import exp
 
+    from quail_spark.dialect import parse_call  # the one sqlglot reading of an AI call
+
     if not isinstance(expr, str):
         raise SpecError(f"column {name!r}: expected an AI call as text, got {expr!r}")
     try:
-        tree = sqlglot.parse_one(expr, read="spark")
-    except sqlglot.errors.ParseError as e:
-        raise SpecError(f"column {name!r}: cannot parse {expr!r}: {e}") from None
-    fn = (tree.name if isinstance(tree, exp.Anonymous) else tree.sql_name()).lower()
-    if fn not in FUNCTIONS:
-        raise SpecError(f"column {name!r}: expected one AI call ({', '.join(sorted(FUNCTIONS))}), "
-                        f"got {expr!r}")
-    args = tree.expressions if isinstance(tree, exp.Anonymous) else \
-        [tree.args[k] for k in tree.arg_types if tree.args.get(k) is not None]
-    if args and isinstance(args[-1], exp.VarMap):
-        args = args[:-1]  # a hint such as map('selectivity', 0.2): accepted, not needed here
-    kind, labels = FUNCTIONS[fn], ()
-    if kind == "classify":
-        if not args or not isinstance(args[-1], exp.Array):
-            raise SpecError(f"column {name!r}: {fn} expects array('label', ...) as its last argument")
-        labels = tuple(_literal(name, a) for a in args[-1].expressions)
-        args = args[:-1]
-        if args and not _is_text(args[0]):
-            args = [exp.Literal.string("{0}")] + args
-    if len(args) < 2 or not _is_text(args[0]):
-        raise SpecError(f"column {name!r}: {fn} expects a template text, then input columns; got {expr!r}")
-    template = args[0].this
-    inputs = []
-    for a in args[1:]:
-        if not isinstance(a, exp.Column) or a.table:
-            raise SpecError(f"column {name!r}: argument {a.sql('spark')!r} is not an input column; "
-                            "an AI call's documents must be plain input columns")
-        inputs.append(a.name)
-    try:
-        call = Call(kind, template, len(inputs), labels)
+        call, node = parse_call(expr)
     except ValueError as e:
         raise SpecError(f"column {name!r}: {e}") from None
-    return AIColumn(name, tree.sql("spark"), call, tuple(inputs))
-
-
-def _is_text(node) -> bool:
-    from sqlglot import exp
-
-    return isinstance(node, exp.Literal) and node.is_string
-
-
-def _literal(name, node) -> str:
-    if not _is_text(node):
-        raise SpecError(f"column {name!r}: labels must be text literals, got {node.sql('spark')!r}")
-    return node.this
+    inputs = []
+    for a in call.args:
+        col = sqlglot.parse_one(a, read="spark")
+        if not isinstance(col, exp.Column) or col.table:
+            raise SpecError(f"column {name!r}: argument {a!r} is not an input column; "
+                            "an AI call's documents must be plain input columns")
+        inputs.append(col.name)
+    if any(not isinstance(x, str) for x in call.labels):
+        raise SpecError(f"column {name!r}: labels must be text literals, got {list(call.labels)}")
+    return AIColumn(name, node.sql("spark"), call, tuple(inputs))

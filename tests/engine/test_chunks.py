@@ -31,13 +31,13 @@ def test_filter_over_many_chunks_matches_one_document_at_a_time(eng):
     docs = _texts(40, 8, 30, 1)
     docs[5] = None
     extra = sum(len(t) for _, t in [eng.renderer.filter_parts(Q)])
-    assert len(list(eng._chunks(docs, extra))) >= 3  # the work spans several chunks
+    assert len(list(eng.chunks(docs, extra))) >= 3  # the work spans several chunks
     got = eng.filter(docs, [Q])
-    assert not eng._in_flight
+    assert not eng.passes.in_flight
     want = np.vstack([eng.filter([d], [Q]) for d in docs])
     assert np.allclose(got, want, atol=1e-5, equal_nan=True)
     fresh = Engine(EngineConfig(model=MODEL, token_budget=4096))  # the whole call in one chunk and pass
-    assert len(list(fresh._chunks(docs, extra))) == 1
+    assert len(list(fresh.chunks(docs, extra))) == 1
     assert np.allclose(got, fresh.filter(docs, [Q]), atol=1e-5, equal_nan=True)
 
 
@@ -46,10 +46,10 @@ def test_chain_over_many_chunks_matches_one_document_at_a_time(eng):
     docs = _texts(40, 8, 30, 5)
     docs[7] = None
     qs = [Q, "Is it about food?"]
-    assert len(list(eng._chunks(docs, len(eng.renderer.filter_parts(Q)[1])))) >= 3
+    assert len(list(eng.chunks(docs, len(eng.renderer.filter_parts(Q)[1])))) >= 3
     eng.reset_stats()
     got = eng.chain(docs, qs)
-    assert not eng._in_flight
+    assert not eng.passes.in_flight
     first, second = eng.stats["stages"]
     want = np.vstack([eng.chain([d], qs) for d in docs])
     assert np.allclose(got, want, atol=1e-5, equal_nan=True)
@@ -64,9 +64,9 @@ def test_chain_over_many_chunks_matches_one_document_at_a_time(eng):
 def test_join_over_many_chunks_matches_one_anchor_at_a_time(eng):
     anchors = _texts(24, 30, 50, 2)
     partners = ["refund", "cold waiter", "apple pear", None]
-    assert len(list(eng._chunks(anchors))) >= 3
+    assert len(list(eng.chunks(anchors))) >= 3
     got = eng.join(anchors, partners, JQ)
-    assert not eng._in_flight
+    assert not eng.passes.in_flight
     want = np.vstack([eng.join([a], partners, JQ) for a in anchors])
     assert np.allclose(got, want, atol=1e-5, equal_nan=True)
     assert np.isnan(got[:, 3]).all() and not np.isnan(got[:, :3]).any()
@@ -76,12 +76,12 @@ def test_an_error_in_a_later_chunk_leaves_nothing_running(eng):
     docs = _texts(40, 8, 30, 3)
     docs[-1] = " ".join(["refund"] * (eng.rt.max_position + 10))  # too long: raised in the last chunk
     extra = len(eng.renderer.filter_parts(Q)[1])
-    assert len(list(eng._chunks(docs, extra))) >= 3
+    assert len(list(eng.chunks(docs, extra))) >= 3
     for op in (lambda: eng.filter(docs, [Q]), lambda: eng.chain(docs, [Q, Q])):
         with pytest.raises(PromptTooLong) as e:
             op()
         assert e.value.row == len(docs) - 1
-        assert not eng._in_flight
+        assert not eng.passes.in_flight
     again = eng.filter(docs[:-1], [Q])
     fresh = Engine(EngineConfig(model=MODEL, token_budget=4096))
     assert np.allclose(again, fresh.filter(docs[:-1], [Q]), atol=1e-5)

@@ -54,3 +54,34 @@ def test_fp8_needs_fp8_tensor_cores():
     check_fp8_gpu((8, 9), "NVIDIA L4")
     with pytest.raises(ValueError, match=r"A100.* has 8\.0: leave quantize unset"):
         check_fp8_gpu((8, 0), "NVIDIA A100")
+
+
+WORDS = "refund late broken parcel apple pear market rain quiet park stock fell waiter cold rude".split()
+
+
+def _texts(n, lo, hi, seed):
+    rng = np.random.default_rng(seed)
+    return [" ".join(rng.choice(WORDS, int(rng.integers(lo, hi)))) for _ in range(n)]
+
+
+def test_fp8_through_every_public_operation():
+    """filter, score, chain, join, pairs and classify on the FP8 engine: close to the unquantized engine's."""
+    ref = Engine(EngineConfig(model=MODEL, dtype="float32", kv_pool_tokens=8192))  # small pools: two engines
+    eng = Engine(EngineConfig(model=MODEL, dtype="float32", quantize="fp8", kv_pool_tokens=8192))
+    docs, partners = _texts(10, 5, 25, 1), _texts(4, 1, 4, 2)
+    docs[3] = None
+    qs = ["Is it a complaint?", "Is it about food?"]
+    calls = {"filter": lambda e: e.filter(docs, qs),
+             "score": lambda e: e.score(docs, qs[0]),
+             "chain": lambda e: e.chain(docs, qs, short_circuit=False),
+             "join": lambda e: e.join(docs[:4], partners, "Does DOCUMENT 1 mention DOCUMENT 2?"),
+             "pairs": lambda e: e.pairs(docs[:4], partners, "Does DOCUMENT 1 mention DOCUMENT 2?"),
+             "classify": lambda e: e.classify(docs, ["bug", "praise", "other"])[1]}
+    for name, call in calls.items():
+        want, got = call(ref), call(eng)
+        assert np.array_equal(np.isnan(want), np.isnan(got)), name  # the same NULL rows
+        ok = ~np.isnan(want)
+        assert np.abs(got[ok] - want[ok]).max() < 1.0, name
+        assert not np.allclose(got[ok], want[ok], atol=1e-4), name  # the quantized path really ran
+    idx_ref, idx = ref.classify(docs, ["bug", "praise", "other"])[0], eng.classify(docs, ["bug", "praise", "other"])[0]
+    assert idx[3] == idx_ref[3] == -1

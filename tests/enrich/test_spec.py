@@ -18,7 +18,7 @@ def test_unknown_key_is_rejected_by_name():
     ("upper(body)", "expected one AI call"),
     ("ai_if('Is {0} late?', upper(body))", "is not an input column"),
     ("ai_if('Is {0} late?', body) AND lang = 'en'", "expected one AI call"),
-    ("ai_if('Is {0} {1} late?', body)", "placeholders"),
+    ("ai_if('Is {0} {1} late?', body)", r"placeholder \{1\} expected an argument"),
     ("ai_classify(body, array('only'))", "at least 2 labels"),
     ("ai_if('Is {0} late?', t.body)", "is not an input column"),
 ])

@@ -75,6 +75,22 @@ QUERIES = [
      "SELECT id, AI_CLASSIFY(body, ['shopping', 'pets']) AS c FROM notes "
      f"WHERE AI_FILTER(PROMPT('{LONG}', body), OBJECT_CONSTRUCT('selectivity', 0.8))"),
 ]
+# every other shape of AI call, evaluated together per document by the rules (quail_eval)
+SHAPES = [
+    ("select_three_calls", f"SELECT id, ai_if('{LONG}', body) AS a, ai_score('{COMPLAINT}', body) AS s, "
+     "ai_classify(body, array('shopping', 'pets', 'sports')) AS c FROM notes", None),
+    ("case", f"SELECT id, CASE WHEN ai_if('{ANIMAL}', body) THEN 'animal' WHEN ai_score('{COMPLAINT}', body) "
+     "> 0.5 THEN 'complaint' ELSE 'other' END AS k FROM notes", None),
+    ("score_above", f"SELECT id FROM notes WHERE ai_score('{COMPLAINT}', body) > 0.4 AND year > 2018", None),
+    ("count_if", f"SELECT kind, count_if(ai_if('{LONG}', body)) AS n, count(ai_score('{ANIMAL}', body)) AS m "
+     "FROM notes GROUP BY kind", None),
+    ("top_k_two_calls", f"SELECT id, ai_if('{ANIMAL}', body) AS a FROM notes WHERE body IS NOT NULL "
+     f"ORDER BY ai_score('{COMPLAINT}', body) DESC, id LIMIT 3", None),
+    ("or_two_ai", f"SELECT id FROM notes WHERE ai_if('{ANIMAL}', body) OR ai_if('{COMPLAINT}', body)", None),
+    ("two_column_in_a_chain", "SELECT id FROM notes WHERE ai_if('Does {0} fit the category {1}?', body, kind) "
+     f"AND ai_if('{LONG}', body)", None),
+]
+QUERIES += SHAPES
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +134,9 @@ def test_same_rows_on_every_path(spark, qs, null_key_tables, name, sql, spelled)
 
 
 @pytest.mark.parametrize("name, rewritten", [("chain_with_hints", "quail_chain"), ("ai_join", "quail_join"),
-                                              ("cte", "quail_chain"), ("left_join_ai_filter_one_side", "quail_chain")])
+                                              ("cte", "quail_chain"), ("left_join_ai_filter_one_side", "quail_chain"),
+                                              ("select_three_calls", "quail_eval"), ("count_if", "quail_eval"),
+                                              ("top_k_by_score", "quail_eval"), ("or_two_ai", "quail_eval")])
 def test_the_rules_rewrite_when_on_only(spark, qs, name, rewritten):
     """The comparison above is between two different plans: the rules' calls appear only when on."""
     from quail_spark.explain import plan_text
@@ -137,3 +155,24 @@ def test_null_key_join_skips_null_and_empty_keys(spark, qs, null_key_tables):
     rows = multiset(qs.sql(NULL_KEY_JOIN).collect())
     assert set(rows) <= {(1, 10)}
     assert sum(rows.values()) in (0, 4)
+
+
+@pytest.fixture(scope="module")
+def random_qs(spark, tables):
+    """A QuailSession on a seeded random model (its margins have both signs); SmolLM2 back after."""
+    from quail_spark import QuailSession
+
+    yield QuailSession(spark, model="tiny-llama-random", device="cpu")
+    QuailSession(spark, model="smollm2-135m", device="cpu")
+
+
+@pytest.mark.parametrize("name, sql, spelled", SHAPES, ids=[q[0] for q in SHAPES])
+def test_same_rows_with_a_random_model(spark, random_qs, name, sql, spelled):
+    """SmolLM2 says "no" to nearly everything: rows that differ in answers are shown by random weights."""
+    on = rows_with_rules(spark, sql, True)
+    off = rows_with_rules(spark, sql, False)
+    ours = multiset(random_qs.sql(spelled or sql).collect())
+    assert on == off, f"{name}: rules on {sorted(on.items())} vs off {sorted(off.items())}"
+    assert ours == on, f"{name}: QuailSession {sorted(ours.items())} vs spark.sql {sorted(on.items())}"
+    if name == "select_three_calls":  # answers of both signs: the comparison can tell paths apart
+        assert {r[1] for r in on} >= {True, False} and {r[2] > 0.5 for r in on if r[2] is not None} == {True, False}

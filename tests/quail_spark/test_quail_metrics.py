@@ -120,3 +120,22 @@ def test_truncated_rows_reach_the_metrics(session, on):
     assert spark_rows["truncated_rows"] == 3
     got = session.sql(f"SELECT count(ai_score('Is {{0}} late?', body)) FROM {docs}").first()[0]
     assert got == 3 and quail_spark.metrics(session)["truncated_rows"] - before["truncated_rows"] >= 6
+
+
+THREE_CALLS = ("SELECT id, ai_if('Is {{0}} about a cough?', body) AS a, ai_score('Was {{0}} written by a nurse?', "
+               "body) AS s, ai_score('Does {{0}} mention a dose?', body) AS d FROM {docs}")
+ONE_CALL = "SELECT id, ai_score('Was {{0}} written by a nurse?', body) AS s FROM {docs}"
+
+
+def test_three_calls_over_one_document_compute_it_once(session):
+    """Three AI calls of a SELECT over one document compute <= 1.35x the fresh tokens of one call
+    (each query over documents no earlier query saw). A pool of ~2 documents' KV: without the
+    rule each call's UDF recomputes the batch's documents."""
+    quail_spark.install(session, **{**TINY, "kv_pool_tokens": 512})
+    one = measure(session, ONE_CALL.format(docs=table(session, REPORT, 8)), True)
+    three = measure(session, THREE_CALLS.format(docs=table(session, REPORT, 8)), True)
+    off = measure(session, THREE_CALLS.format(docs=table(session, REPORT, 8)), False)
+    print(f"\nfresh tokens: one call {one['fresh_tokens']}, three calls {three['fresh_tokens']} "
+          f"(rules off {off['fresh_tokens']})")
+    assert three["fresh_tokens"] <= 1.35 * one["fresh_tokens"]
+    assert off["fresh_tokens"] > 1.35 * one["fresh_tokens"]  # the rule, not the cache, keeps it low

@@ -4,6 +4,9 @@ QUAIL_UPDATE_GOLDEN=1), plus what the plans' specs say. No AI function is evalua
 the last test."""
 from __future__ import annotations
 
+import json
+import re
+
 import pytest
 
 import quail_spark
@@ -135,6 +138,47 @@ def test_an_anchor_hint_naming_no_column_fails_analysis(rules):
 def test_a_mixed_type_hint_runs_on_every_path(rules, on):
     rules.conf.set("spark.quail.optimizer.enabled", str(on).lower())
     assert len(rules.sql(MIXED_HINT).collect()) <= 8  # runs (tiny random model: any rows)
+
+
+# QuailFuseCalls: name -> (query, the functions each quail_eval evaluates, one list per document)
+FUSED = {
+    "select": ("SELECT id, ai_if('Is {0} rude?', body) AS a, ai_score('Is {0} long?', body) AS s, "
+               "ai_classify(body, array('x', 'y')) AS c FROM notes", [["ai_if", "ai_score", "ai_classify"]]),
+    "same_call_twice": ("SELECT ai_score('Is {0} long?', body) AS a, ai_score('Is {0} long?', body) * 2 AS b "
+                        "FROM notes", [["ai_score"]]),
+    "case": ("SELECT CASE WHEN ai_if('Is {0} rude?', body) THEN 1 ELSE 0 END AS k FROM notes", [["ai_if"]]),
+    "or": ("SELECT id FROM notes WHERE ai_if('Is {0} rude?', body) OR ai_if('Is {0} long?', body)",
+           [["ai_if", "ai_if"]]),
+    "score_above": ("SELECT id FROM notes WHERE ai_score('Is {0} rude?', body) > 0.5 AND year > 2019",
+                    [["ai_score"]]),
+    "count_if": ("SELECT count_if(ai_if('Is {0} rude?', body)) AS n, avg(ai_score('Is {0} long?', body)) AS m "
+                 "FROM notes", [["ai_if", "ai_score"]]),
+    "top_k": ("SELECT id FROM notes ORDER BY ai_score('Is {0} long?', body) DESC LIMIT 3", [["ai_score"]]),
+    "two_column_where": ("SELECT id FROM notes WHERE ai_if('Does {0} fit {1}?', body, kind)", [["ai_if"]]),
+    "two_documents": ("SELECT ai_if('Is {0} rude?', body) AS a, ai_if('Is {0} a shop?', kind) AS b FROM notes",
+                      [["ai_if"], ["ai_if"]]),
+}
+
+
+def fused_calls(plan: str) -> list:
+    """The functions of each quail_eval call of a plan, in plan order."""
+    dec = json.JSONDecoder()
+    return [[c["fn"] for c in dec.raw_decode(plan, m.end())[0]["calls"]] for m in re.finditer(r"quail_eval\(", plan)]
+
+
+@pytest.mark.parametrize("name", FUSED)
+def test_golden_plans_of_fused_calls(rules, name):
+    check(rules, "fuse_calls", name, FUSED[name][0])
+
+
+@pytest.mark.parametrize("name", FUSED)
+def test_fused_calls_one_evaluation_per_document(rules, name):
+    """Every AI call of the node in one quail_eval per document, none left outside (the plans
+    themselves, the local sort under each evaluation included, are golden/fuse_calls/)."""
+    sql, groups = FUSED[name]
+    on = sections(rules, sql, True)["Optimized Logical Plan"]
+    assert sorted(fused_calls(on)) == sorted(groups)
+    assert not re.search(r"\bai_(if|score|classify)\(", on), on
 
 
 @pytest.mark.parametrize("rule, case, sql", RUNNABLE_CASES, ids=[f"{r}/{c}" for r, c, _ in RUNNABLE_CASES])

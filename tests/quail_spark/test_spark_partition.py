@@ -1,110 +1,78 @@
-"""Executor-side pieces without Spark: documents, chunking, the partition entry points on a
-small random-weight engine, device binding, report merging and SQL-function templates."""
+"""Executor-side pieces without Spark: the body of ArrowMapper / with_ai_columns and of the enrichment
+job (gpu_worker.ai_columns) on a small random-weight engine, device binding, engine settings and the
+SQL function bodies' type checks."""
 from __future__ import annotations
 
-import numpy as np
 import pyarrow as pa
 import pytest
 
-from gpu_worker import partition as part
+from gpu_worker import ai_columns as cols
+from gpu_worker.ai_calls import Call, evaluate
 from quail_spark import executor
 
-DOCS = ["a red apple on the table", None, "the train left the station late", "two cats and a dog",
-        "rain all day long", "a tall glass of cold milk"]
-QUESTIONS = ["Is the document about food?", "Is the document about animals?"]
+DOCS = ["a red apple on the table", None, "the train left the station late", "two cats and a dog", "  ",
+        "rain all day long", "word " * 200, "a tall glass of cold milk"]
+TOPICS = ["fruit", "cats", "trains", None, "dogs", "weather", "words", "milk"]
+COLUMNS = (cols.AIColumn("food", "", Call("if", "Is {0} about food?", 1), ("body",)),
+           cols.AIColumn("p", "", Call("score", "Is {0} about animals?", 1), ("body",)),
+           cols.AIColumn("kind", "", Call("classify", "{0}", 1, ("x", "y")), ("body",)),
+           cols.AIColumn("about", "", Call("if", "Is {0} about {1}?", 2), ("body", "topic")))
 
 
 @pytest.fixture(scope="module")
 def tiny():
     from gpu_worker import Engine, EngineConfig
 
-    # seed 1 answers the filters below both ways, so the pipeline keeps some rows and drops some
+    # seed 1 answers both ways; 96 tokens make row 6 too long under on_overflow='error'
     return Engine(EngineConfig(model="tiny-llama-random", device="cpu", seed=1, max_prompt_tokens=96))
 
 
-def pairs_of(out_batches) -> list:
-    return sorted((r["id"], r["tid"]) for b in out_batches for r in b.to_pylist())
-
-
-def batches(rows: int = 2):
-    table = pa.table({"id": list(range(len(DOCS))), "body": DOCS})
-    return table.to_batches(max_chunksize=rows)
-
-
-def test_documents_are_name_value_lines():
-    table = pa.table({"a": ["x", None, None], "b": ["y", "z", None]})
-    assert part.Doc(("a",), ("a",)).texts(table) == ["x", None, None]
-    two = part.Doc(("a", "b"), ("title", "body")).texts(table)
-    assert two[:2] == ["title: x\nbody: y", "title: \nbody: z"]
-    assert two[2] is None  # every column NULL: no document
-    assert part.Doc(("a",), ("a",)).texts(table, [2, 0]) == [None, "x"]
+def batches(rows: int = 3):
+    return pa.table({"id": list(range(len(DOCS))), "body": DOCS, "topic": TOPICS}).to_batches(max_chunksize=rows)
 
 
 def test_chunks_gather_small_batches():
-    sizes = [t.num_rows for t in part.chunks(batches(2), 5)]
-    assert sizes == [6] and [t.num_rows for t in part.chunks(batches(2), 2, 0)] == [2, 2, 2]
+    assert [t.num_rows for t in cols.chunks(batches(2), 5, 0)] == [6, 2]
+    assert [t.num_rows for t in cols.chunks(batches(2), 2, 0)] == [2, 2, 2, 2]
+    assert [t.num_rows for t in cols.chunks(batches(2))] == [8]  # defaults: >= 256 rows and 1 MiB
 
 
-def test_pipeline_is_the_chain_then_columns(tiny):
-    spec = part.PipelineSpec(
-        predicates=tuple(part.Predicate(part.Doc(("body",), ("body",)), q, f"s{i}") for i, q in enumerate(QUESTIONS)),
-        columns=(part.AddColumn("score", "p", part.Doc(("body",), ("body",)), QUESTIONS[0], "s9"),
-                 part.AddColumn("classify", "c", part.Doc(("body",), ("body",)), "", "s8", ("x", "y"))),
-        chunk_rows=3)
-    rec = part.Recorder()
-    out = pa.Table.from_batches(list(part.run_pipeline(tiny, batches(), spec, rec)))
-    m = tiny.filter(DOCS, QUESTIONS)
-    want = [i for i in range(len(DOCS)) if DOCS[i] is not None and (m[i] > 0).all()]
-    assert out.column("id").to_pylist() == want and 0 < len(want) < 5
-    assert np.allclose(out.column("p").to_numpy(), 1 / (1 + np.exp(-m[want, 0])), atol=1e-4)
-    assert set(out.column("c").to_pylist()) <= {"x", "y"}
-    assert rec.stages["s0"]["evaluated"] == 5 and rec.stages["s1"]["evaluated"] == rec.stages["s0"]["passed"]
-    assert rec.counters["requested_tokens"] > rec.counters["fresh_tokens"] > 0
+def test_with_columns_equals_the_one_evaluation_and_names_the_row_it_cannot_score(tiny):
+    out = pa.Table.from_batches(list(cols.with_columns(lambda: tiny, COLUMNS, batches())))
+    assert out.column_names == ["id", "body", "topic", "food", "p", "kind", "about", "_ai_error"]
+    assert out.column("id").to_pylist() == list(range(len(DOCS)))  # every row, in order
+    ok = [r for r in range(len(DOCS)) if r != 6]
+    for c in COLUMNS:
+        values = [[(DOCS, TOPICS)[("body", "topic").index(x)][r] for r in ok] for x in c.inputs]
+        want = evaluate(tiny, c.call, values)
+        got = [out.column(c.name)[r].as_py() for r in ok]
+        assert got == (pytest.approx(want, abs=1e-6) if c.call.kind == "score" else want), c.name
+    errors = out.column("_ai_error").to_pylist()
+    assert [r for r, e in enumerate(errors) if e] == [6]
+    assert [e.split(":")[0] for e in errors[6].split("; ")] == ["food", "p", "kind", "about"]
+    assert "prompt too long" in errors[6] and out.column("food")[6].as_py() is None
+    assert {out.column("food")[r].as_py() for r in ok} == {True, False, None}  # both answers, NULL rows
 
 
-def test_pipeline_limit_stops_early(tiny):
-    spec = part.PipelineSpec(columns=(part.AddColumn("score", "p", part.Doc(("body",), ("body",)),
-                                                     QUESTIONS[0], "s1"),), chunk_rows=2, limit=3)
-    rec = part.Recorder()
-    out = pa.Table.from_batches(list(part.run_pipeline(tiny, batches(), spec, rec)))
-    assert out.num_rows == 3 and rec.stages["s1"]["evaluated"] <= 4
+def test_need_masks_and_undecodable_text(tiny):
+    table = pa.table({"body": pa.array([b"a red apple", b"\xff\xfe bad", b"rain"], pa.binary())})
+    col = cols.AIColumn("food", "", Call("if", "Is {0} about food?", 1), ("body",))
+    got = cols.evaluate_batch(lambda: tiny, [col], table, need=[[True, True, False]])
+    assert got.values[0][2] is None and got.values[0][0] is not None  # row 2 not asked
+    assert got.errors == [[], ["food: undecodable text in column 'body' (invalid start byte at byte 0)"], []]
+    assert got.failed == [{1}] and got.counters["requested_tokens"] > 0
 
 
-def test_cross_join_and_pair_join_agree_with_the_engine(naive):
-    eng = naive.eng  # SmolLM2: the random models answer every pair alike
-    anchors = ["The parcel arrived broken and nobody at the shop answers my emails.",
-               "Refund me now, this blender broke after two days and is junk."]
-    terms = ["a dog", "a phone", "football", "a kitchen"]
-    q = "Does DOCUMENT 1 mention DOCUMENT 2?"
-    partners = pa.array([{"tid": i + 1, "term": t} for i, t in enumerate(terms)])
-    table = pa.table({"id": [1, 3], "body": anchors,
-                      "ps": pa.array([partners.to_pylist()] * 2, pa.list_(partners.type))})
-    spec = part.JoinSpec(part.Doc(("body",), ("body",)), part.Doc(("term",), ("term",)), q, "j", partners="ps")
-    rec = part.Recorder()
-    cross = pairs_of(part.run_join_cross(eng, table.to_batches(1), spec, rec))
-    m = eng.join(anchors, terms, q)
-    want = sorted(([1, 3][a], p + 1) for a, p in zip(*np.nonzero(m > 0)))
-    assert cross == want and 0 < len(want) < 8, f"expected answers of both kinds, margins {m}"
-    assert rec.stages["j"] == {"evaluated": 8, "passed": len(want)}
-    pairs = pa.table({"id": [1] * 4 + [3] * 4, "body": [anchors[0]] * 4 + [anchors[1]] * 4,
-                      "tid": [1, 2, 3, 4] * 2, "term": terms * 2})
-    assert pairs_of(part.run_join_pairs(eng, pairs.to_batches(3), spec, part.Recorder())) == want
+def test_a_failing_engine_raises_or_becomes_each_rows_reason():
+    def broken():
+        raise RuntimeError("no device")
 
-
-def test_too_many_partners_names_the_setting(tiny):
-    partners = [{"term": str(i)} for i in range(3)]
-    anchors = pa.table({"body": ["a"], "ps": [partners]})
-    spec = part.JoinSpec(part.Doc(("body",), ("body",)), part.Doc(("term",), ("term",)), "q?", "j",
-                         partners="ps", max_partners=2)
-    with pytest.raises(part.RowError, match="quail.join.maxPartnerRows"):
-        list(part.run_join_cross(tiny, anchors.to_batches(), spec, part.Recorder()))
-
-
-def test_prompt_too_long_names_column_and_row(tiny):
-    spec = part.PipelineSpec(predicates=(part.Predicate(part.Doc(("body",), ("body",)), QUESTIONS[0], "s"),))
-    table = pa.table({"body": ["short", "word " * 200]})
-    with pytest.raises(part.RowError, match=r"document column 'body', row 1 .*'word word"):
-        list(part.run_pipeline(tiny, table.to_batches(), spec, part.Recorder(), lambda i: f"row {i}"))
+    table = pa.table({"body": ["a", None]})
+    col = cols.AIColumn("c", "", Call("if", "Is {0} ok?", 1), ("body",))
+    with pytest.raises(RuntimeError, match="no device"):
+        cols.evaluate_batch(broken, [col], table)
+    got = cols.evaluate_batch(broken, [col], table, on_failure=lambda e: f"failed: {e}")
+    assert got.errors == [["c: failed: no device"], []]  # the NULL row needs no engine
 
 
 def test_device_binding_without_a_task():

@@ -5,7 +5,8 @@ import doctest
 import pytest
 
 import quail_spark.dialect
-from quail_spark.dialect import AICall, to_spark
+from gpu_worker.ai_calls import Call
+from quail_spark.dialect import to_spark
 from quail_spark.errors import HintError, TemplateError, UnsupportedSQL
 
 OURS = ("SELECT r.id, ai_classify(r.text, array('urgent', 'routine')) AS c FROM reports r "
@@ -30,9 +31,9 @@ def test_docstring_examples():
 def test_spark_sql_passes_through_unchanged():
     text, calls = to_spark(OURS)
     assert text == OURS
-    assert calls == (AICall("ai_classify", "{0}", ("r.text",), ("urgent", "routine")),
-                     AICall("ai_if", "Is {0} about {1}?", ("r.text", "t.term")),
-                     AICall("ai_if", "Is {0} a case report?", ("r.text",)))
+    assert calls == (Call.of("ai_classify", "{0}", ("r.text",), ("urgent", "routine")),
+                     Call.of("ai_if", "Is {0} about {1}?", ("r.text", "t.term")),
+                     Call.of("ai_if", "Is {0} a case report?", ("r.text",)))
 
 
 def test_three_spellings_give_the_same_spark_sql():
@@ -61,7 +62,7 @@ def test_hints_in_every_spelling():
     spark = to_spark("SELECT id FROM reviews WHERE ai_if('Is {0} rude?', text, map('selectivity', 0.3))")
     snow = to_spark("SELECT id FROM reviews WHERE AI_FILTER(PROMPT('Is {0} rude?', text), "
                     "OBJECT_CONSTRUCT('selectivity', 0.3))")
-    assert spark[1] == snow[1] == (AICall("ai_if", "Is {0} rude?", ("text",), (), (("selectivity", 0.3),)),)
+    assert spark[1] == snow[1] == (Call.of("ai_if", "Is {0} rude?", ("text",), (), (("selectivity", 0.3),)),)
     assert snow[0] == "SELECT id FROM reviews WHERE ai_if('Is {0} rude?', text, MAP('selectivity', 0.3))"
 
 

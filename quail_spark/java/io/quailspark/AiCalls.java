@@ -35,6 +35,7 @@ final class AiCalls {
     static final String ENABLED = "spark.quail.optimizer.enabled";
     static final String CHAIN = "quail_chain";
     static final String JOIN = "quail_join";
+    static final String EVAL = "quail_eval";
     static final String MATCH = "quail_match";
 
     private AiCalls() {}

@@ -25,12 +25,13 @@ public class QuailExtensions extends AbstractFunction1<SparkSessionExtensions, B
     public BoxedUnit apply(SparkSessionExtensions ext) {
         ext.injectPostHocResolutionRule(new Builder(3));
         ext.injectPostHocResolutionRule(new Builder(4));
-        ext.injectOptimizerRule(new Builder(6));
         ext.injectOptimizerRule(new Builder(7));
+        ext.injectOptimizerRule(new Builder(8));
         ext.injectOptimizerRule(new Builder(0));
         ext.injectOptimizerRule(new Builder(5));
         ext.injectOptimizerRule(new Builder(1));
         ext.injectOptimizerRule(new Builder(2));
+        ext.injectOptimizerRule(new Builder(6));
         ext.injectCheckRule(new CheckBuilder());
         return BoxedUnit.UNIT;
     }
@@ -61,8 +62,9 @@ public class QuailExtensions extends AbstractFunction1<SparkSessionExtensions, B
                 case 2: return new QuailLocalSort(session);
                 case 3: return new QuailHintStruct();
                 case 5: return new QuailAiJoinOrder(session);
-                case 6: return new QuailOuterJoin(session);
-                case 7: return new QuailAiSubquery(session);
+                case 6: return new QuailFuseCalls(session);
+                case 7: return new QuailOuterJoin(session);
+                case 8: return new QuailAiSubquery(session);
                 default: return new QuailAnchorHint();
             }
         }

@@ -10,7 +10,7 @@ Times, with correctness against a float32 reference first:
   - the projections of one pass (16,384 tokens) in bf16 and FP8 (torch._scaled_mm,
     row-wise scales), quantization of the activations included or not.
 
-    PYTHONPATH=. python3 benchmarks/attn_probe.py --out $OUT
+    PYTHONPATH=. python3 benchmarks/probes/attn_probe.py --out $OUT
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import kernels  # noqa: E402
 from kernels.seg_attention import seg_attention, seg_block_t, seg_items, segments  # noqa: E402

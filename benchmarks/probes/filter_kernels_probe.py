@@ -1,7 +1,7 @@
 """FILTER on the GPU: the cuBLAS floor of a 32,768-token pass's projections, full FILTER calls under
 attention variants, and a torch.profiler kernel table of 512 documents.
 
-    PYTHONPATH=. python3 benchmarks/filter_kernels_probe.py $OUT   # H200, tokenizer in .cache/tok
+    PYTHONPATH=. python3 benchmarks/probes/filter_kernels_probe.py $OUT   # H200, tokenizer in .cache/tok
 """
 import json
 import logging

@@ -1,7 +1,7 @@
 """Launch settings of the short-sequence attention kernel on a FILTER pass (100 docs x ~330 tokens + 30 folded).
 
 Each setting is checked against SDPA in float32 and timed (median of do_bench); run on the GPU:
-    PYTHONPATH=. python3 benchmarks/attn_short_probe.py $OUT      # writes $OUT/attn_short.json
+    PYTHONPATH=. python3 benchmarks/probes/attn_short_probe.py $OUT      # writes $OUT/attn_short.json
 """
 import itertools
 import json
@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.testing
 
-from gpu_worker.cuda_ops import AttnPart, triton_varlen_attention
+from kernels.varlen_attention import varlen_attention
 from kernels._util import query_blocks
 
 out_dir = Path(sys.argv[1])
@@ -56,14 +56,13 @@ for bt, bn, nw, ns in itertools.chain(
         itertools.product([16], [32, 64], [4], [2, 3]),
         itertools.product([64], [32, 64], [8, 16], [2, 3])):
     items = torch.tensor(query_blocks(lens, bt, longest_first=True), device=dev, dtype=torch.int32)
-    part = AttnPart(cu32, cu32, int(lens.max()), int(lens.max()), items, bt)
     launch = {"block_n": bn, "num_warps": nw, "num_stages": ns}
     try:
-        f = lambda: triton_varlen_attention(q, k, v, part, True, kf=kf, vf=vf, fold=fold, launch=launch)  # noqa
+        f = lambda: varlen_attention(q, k, v, items, cu32, cu32, bt, True, kf=kf, vf=vf, fold=fold, launch=launch)  # noqa
         o, _ = f()
         err = float((o.float() - want).norm() / want.norm())
         ms = triton.testing.do_bench(f, warmup=25, rep=200, return_mode="median")
-        nf = lambda: triton_varlen_attention(q, k, v, part, True, launch=launch)  # noqa
+        nf = lambda: varlen_attention(q, k, v, items, cu32, cu32, bt, True, launch=launch)  # noqa
         ms_nofold = triton.testing.do_bench(nf, warmup=25, rep=200, return_mode="median")
     except Exception as e:  # noqa: BLE001  (a launch that does not fit)
         print(bt, bn, nw, ns, "failed", type(e).__name__, str(e)[:100])

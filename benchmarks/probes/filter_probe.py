@@ -1,8 +1,8 @@
 """FILTER from text with the last pass of a chunk deferred or not (GPU gaps per pass from events), and the
 engine calls of the Spark SQL functions' bodies per Arrow batch of 1,024 and 8,192 rows.
 
-    PYTHONPATH=. python3 benchmarks/filter_probe.py $OUT          # H200, tokenizer in .cache/tok
-    PYTHONPATH=. python benchmarks/filter_probe.py /tmp/x smoke   # CPU, tiny model
+    PYTHONPATH=. python3 benchmarks/probes/filter_probe.py $OUT          # H200, tokenizer in .cache/tok
+    PYTHONPATH=. python benchmarks/probes/filter_probe.py /tmp/x smoke   # CPU, tiny model
 """
 import json
 import logging

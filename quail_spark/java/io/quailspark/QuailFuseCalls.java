@@ -1,0 +1,293 @@
+package io.quailspark;
+
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+
+import org.apache.spark.sql.SparkSession;
+import org.apache.spark.sql.catalyst.expressions.Alias;
+import org.apache.spark.sql.catalyst.expressions.Ascending$;
+import org.apache.spark.sql.catalyst.expressions.Attribute;
+import org.apache.spark.sql.catalyst.expressions.Expression;
+import org.apache.spark.sql.catalyst.expressions.GetArrayItem;
+import org.apache.spark.sql.catalyst.expressions.GetStructField;
+import org.apache.spark.sql.catalyst.expressions.Literal$;
+import org.apache.spark.sql.catalyst.expressions.NamedExpression;
+import org.apache.spark.sql.catalyst.expressions.NamedExpression$;
+import org.apache.spark.sql.catalyst.expressions.PythonUDF;
+import org.apache.spark.sql.catalyst.expressions.SortOrder;
+import org.apache.spark.sql.catalyst.plans.logical.Aggregate;
+import org.apache.spark.sql.catalyst.plans.logical.Filter;
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
+import org.apache.spark.sql.catalyst.plans.logical.Project;
+import org.apache.spark.sql.catalyst.plans.logical.Sort;
+import scala.Option;
+import scala.jdk.javaapi.CollectionConverters;
+import scala.runtime.AbstractPartialFunction;
+
+/**
+ * The AI calls of a SELECT list, an aggregate, an ORDER BY (top-k) or a filter
+ * that is not a plain AND of one-column ai_if (OR, CASE, {@code ai_score(...) > x},
+ * multi-column ai_if) evaluated together: one {@code quail_eval} call per
+ * document, under a partition-local sort on it, its struct's fields in place of
+ * the calls.
+ *
+ * <pre>
+ * before: Project [id, ai_if('Q1 {0}', body) AS a, ai_score('Q2 {0}', body) AS s]
+ *           +- child
+ * after:  Project [id, quail_eval#9.flags[0] AS a, quail_eval#9.scores[0] AS s]
+ *           +- Project [child.output..., quail_eval('{"calls": [...]}', Q1 {0}, body, Q2 {0}) AS quail_eval#9]
+ *              +- Sort [body ASC NULLS FIRST], false
+ *                 +- child
+ *
+ * before: Filter (ai_if('Q1 {0}', body) OR ai_score('Q2 {0}', body) > 0.5) AND year > 2019
+ *           +- child
+ * after:  Project [child.output...]
+ *           +- Filter (quail_eval#9.flags[0] OR quail_eval#9.scores[0] > 0.5)
+ *              +- Project [child.output..., quail_eval(...) AS quail_eval#9]
+ *                 +- Sort [body ASC NULLS FIRST], false
+ *                    +- Filter (year > 2019)
+ *                       +- child
+ * </pre>
+ *
+ * An Aggregate ({@code count_if(ai_if(...))}, {@code avg(ai_score(...))},
+ * GROUP BY an AI call) reads the fields the same way; a Sort (ORDER BY
+ * ai_score(...) LIMIT k) sorts on them and a Project above it drops the struct.
+ * The calls are grouped by their document (their first column argument); each
+ * group's quail_eval receives the distinct arguments of its calls and a JSON
+ * spec naming each call's function and argument positions, so the executor
+ * parses every call as the plain UDF does (the same prompts, each call's NULL
+ * rule on its own columns) and asks the questions over one document together,
+ * its KV computed once. The struct holds one array per result type (flags,
+ * scores, labels), one element per call of that kind in spec order.
+ *
+ * quail_eval is non-deterministic (install() registers it so): Spark neither
+ * collapses its Project into the node above, nor pushes filters through it, nor
+ * removes the local sort under it (EliminateSorts looks only through
+ * deterministic projects). A filter that is a plain AND of one-column ai_if is
+ * {@link QuailFilterChain}'s (it runs first); the fused calls leave no user AI
+ * call in the node, so applying the rule again changes nothing. Calls nested in
+ * another AI call, with no column argument, or over columns the node's child
+ * does not produce (a lambda variable, an outer reference) stay as they are.
+ */
+public class QuailFuseCalls extends AiRule {
+    static final String[] FIELDS = {"flags", "scores", "labels"};
+
+    public QuailFuseCalls(SparkSession session) {
+        super(session);
+    }
+
+
+    @Override
+    LogicalPlan rewrite(LogicalPlan p) {
+        if (p instanceof Project) return project((Project) p);
+        if (p instanceof Aggregate) return aggregate((Aggregate) p);
+        if (p instanceof Filter) return filter((Filter) p);
+        if (p instanceof Sort) return sort((Sort) p);
+        return p;
+    }
+
+    private LogicalPlan project(Project p) {
+        Fused f = fuse(list(p.projectList()), p.child());
+        return f == null ? p : new Project(AiCalls.seq(named(f.replace(list(p.projectList())))), f.below);
+    }
+
+    private LogicalPlan aggregate(Aggregate a) {
+        List<Expression> exprs = list(a.groupingExpressions());
+        int n = exprs.size();
+        exprs.addAll(list(a.aggregateExpressions()));
+        Fused f = fuse(exprs, a.child());
+        if (f == null) return a;
+        List<Expression> out = f.replace(exprs);
+        return new Aggregate(AiCalls.seq(out.subList(0, n)), AiCalls.seq(named(out.subList(n, out.size()))),
+                f.below, a.hint());
+    }
+
+    /** The conjuncts with AI calls above the fused evaluation, the others below it. */
+    private LogicalPlan filter(Filter flt) {
+        List<Expression> ai = new ArrayList<>(), rest = new ArrayList<>();
+        for (Expression c : AiCalls.conjuncts(flt.condition())) {
+            // other non-deterministic conjuncts keep their place above the sort; quail_chain / quail_join go below
+            boolean internal = AiCalls.isInternal(c, AiCalls.CHAIN) || AiCalls.isInternal(c, AiCalls.JOIN);
+            (AiCalls.containsAi(c) || !(c.deterministic() || internal) ? ai : rest).add(c);
+        }
+        if (ai.isEmpty()) return flt;
+        LogicalPlan child = rest.isEmpty() ? flt.child() : new Filter(AiCalls.and(rest), flt.child());
+        Fused f = fuse(ai, child);
+        if (f == null) return flt;
+        return new Project(AiCalls.seq(attrs(flt.output())), new Filter(AiCalls.and(f.replace(ai)), f.below));
+    }
+
+    private LogicalPlan sort(Sort s) {
+        List<Expression> order = list(s.order());
+        Fused f = fuse(order, s.child());
+        if (f == null) return s;
+        List<SortOrder> replaced = new ArrayList<>();
+        for (Expression e : f.replace(order)) replaced.add((SortOrder) e);
+        Sort sorted = new Sort(AiCalls.seq(replaced), s.global(), f.below, s.hint());
+        return new Project(AiCalls.seq(attrs(s.output())), sorted);
+    }
+
+    /** The fusable AI calls of {@code exprs}, one quail_eval per document over {@code child}; null if none. */
+    private Fused fuse(List<Expression> exprs, LogicalPlan child) {
+        Map<Expression, List<PythonUDF>> byDoc = new LinkedHashMap<>();
+        for (Expression e : exprs) {
+            for (PythonUDF call : calls(e)) {
+                List<Expression> cols = columns(call);
+                if (cols.isEmpty() || !call.references().subsetOf(child.outputSet())) continue;
+                List<PythonUDF> group = byDoc.computeIfAbsent(cols.get(0).canonicalized(), k -> new ArrayList<>());
+                if (group.stream().noneMatch(call::semanticEquals)) group.add(call);
+            }
+        }
+        if (byDoc.isEmpty()) return null;
+        Fused f = new Fused(child);
+        for (List<PythonUDF> group : byDoc.values()) {
+            if (!f.add(group)) return null;
+        }
+        return f;
+    }
+
+    /** The AI calls in {@code e} with no AI call among their arguments (the outer call of a nested pair stays). */
+    private static List<PythonUDF> calls(Expression e) {
+        List<PythonUDF> out = new ArrayList<>();
+        e.foreach(new scala.runtime.AbstractFunction1<Expression, scala.runtime.BoxedUnit>() {
+            @Override
+            public scala.runtime.BoxedUnit apply(Expression x) {
+                if (AiCalls.isAi(x) && list(x.children()).stream().noneMatch(AiCalls::containsAi)) {
+                    out.add((PythonUDF) x);
+                }
+                return scala.runtime.BoxedUnit.UNIT;
+            }
+        });
+        return out;
+    }
+
+    /** The column arguments of a call (its non-literal arguments), the document first. */
+    private static List<Expression> columns(PythonUDF call) {
+        List<Expression> out = new ArrayList<>();
+        for (Expression a : list(call.children())) {
+            if (!a.foldable() && out.stream().noneMatch(a::semanticEquals)) out.add(a);
+        }
+        return out;
+    }
+
+    /** Field of the struct holding a call's result, by its kind. */
+    private static int field(PythonUDF call) {
+        String n = call.name().toLowerCase(Locale.ROOT);
+        return n.equals("ai_score") ? 1 : n.equals("ai_classify") ? 2 : 0;
+    }
+
+    /** The evaluations of one node: each group's quail_eval in a Project over a local sort, stacked. */
+    private final class Fused {
+        LogicalPlan below;
+        final List<Expression> calls = new ArrayList<>(), results = new ArrayList<>();
+
+        Fused(LogicalPlan child) {
+            below = child;
+        }
+
+        boolean add(List<PythonUDF> group) {
+            List<Expression> args = new ArrayList<>();
+            StringBuilder spec = new StringBuilder("{\"calls\": [");
+            int[] perKind = new int[FIELDS.length];
+            List<Expression> picks = new ArrayList<>();
+            for (int i = 0; i < group.size(); i++) {
+                PythonUDF call = group.get(i);
+                spec.append(i > 0 ? ", " : "").append("{\"fn\": ").append(AiCalls.json(call.name())).append(", \"args\": [");
+                List<Expression> callArgs = list(call.children());
+                for (int k = 0; k < callArgs.size(); k++) {
+                    int at = indexOf(args, callArgs.get(k));
+                    spec.append(k > 0 ? ", " : "").append(at);
+                }
+                spec.append("]}");
+                picks.add(Literal$.MODULE$.apply(perKind[field(call)]++));
+            }
+            spec.append("]}");
+            List<Expression> udfArgs = new ArrayList<>();
+            udfArgs.add(AiCalls.literal(spec.toString()));
+            udfArgs.addAll(args);
+            Expression eval = AiCalls.call(session, AiCalls.EVAL, udfArgs);
+            if (eval == null) return false;
+            Alias alias = new Alias(eval, AiCalls.EVAL, NamedExpression$.MODULE$.newExprId(),
+                    AiCalls.seq(new ArrayList<String>()), Option.empty(), AiCalls.seq(new ArrayList<String>()));
+            Attribute q = alias.toAttribute();
+            for (int i = 0; i < group.size(); i++) {
+                int fld = field(group.get(i));
+                calls.add(group.get(i));
+                results.add(new GetArrayItem(new GetStructField(q, fld, Option.apply(FIELDS[fld])), picks.get(i), false));
+            }
+            List<NamedExpression> out = new ArrayList<>(attrs(below.output()));
+            out.add(alias);
+            below = new Project(AiCalls.seq(out), localSort(group, below));
+            return true;
+        }
+
+        private LogicalPlan localSort(List<PythonUDF> group, LogicalPlan child) {
+            List<Expression> keys = new ArrayList<>();
+            for (PythonUDF call : group) {
+                for (Expression c : QuailFuseCalls.columns(call)) {
+                    if (keys.stream().noneMatch(c::semanticEquals)) keys.add(c);
+                }
+            }
+            List<SortOrder> order = new ArrayList<>();
+            for (Expression k : keys) {
+                order.add(new SortOrder(k, Ascending$.MODULE$, Ascending$.MODULE$.defaultNullOrdering(),
+                        AiCalls.seq(new ArrayList<Expression>())));
+            }
+            return new Sort(AiCalls.seq(order), false, child, Option.empty());
+        }
+
+        /** {@code exprs} with every fused call replaced by its field of the struct. */
+        List<Expression> replace(List<Expression> exprs) {
+            List<Expression> out = new ArrayList<>();
+            for (Expression e : exprs) {
+                out.add(e.transformUp(new AbstractPartialFunction<Expression, Expression>() {
+                    @Override
+                    public boolean isDefinedAt(Expression x) {
+                        return AiCalls.isAi(x) && calls.stream().anyMatch(x::semanticEquals);
+                    }
+
+                    @Override
+                    public <A1 extends Expression, B1> B1 applyOrElse(A1 x, scala.Function1<A1, B1> dflt) {
+                        if (!isDefinedAt(x)) return dflt.apply(x);
+                        for (int i = 0; i < calls.size(); i++) {
+                            if (calls.get(i).semanticEquals(x)) {
+                                @SuppressWarnings("unchecked")
+                                B1 r = (B1) results.get(i);
+                                return r;
+                            }
+                        }
+                        return dflt.apply(x);
+                    }
+                }));
+            }
+            return out;
+        }
+    }
+
+    private static int indexOf(List<Expression> args, Expression e) {
+        for (int i = 0; i < args.size(); i++) {
+            if (args.get(i).semanticEquals(e)) return i;
+        }
+        args.add(e);
+        return args.size() - 1;
+    }
+
+    private static List<Expression> list(scala.collection.Seq<?> xs) {
+        List<Expression> out = new ArrayList<>();
+        for (Object x : CollectionConverters.asJava(xs)) out.add((Expression) x);
+        return out;
+    }
+
+    private static List<NamedExpression> attrs(scala.collection.Seq<Attribute> xs) {
+        return new ArrayList<NamedExpression>(CollectionConverters.asJava(xs));
+    }
+
+    private static List<NamedExpression> named(List<Expression> xs) {
+        List<NamedExpression> out = new ArrayList<>();
+        for (Expression x : xs) out.add((NamedExpression) x);
+        return out;
+    }
+}
