@@ -69,13 +69,13 @@ def sink_for(spec: Spec):
 
 
 def run(spec: Spec, spark, fail_on_error: bool = False, progress_every: float = 10.0,
-        progress_dir: str | None = None, out=sys.stdout) -> dict:
+        progress_dir: str | None = None, out=None) -> dict:
     """Run ``spec`` on ``spark``; returns the report (also printed and written beside the output).
 
     The input and its key are checked before the output is locked: a rejected
     spec leaves nothing behind.
     """
-    t0 = time.time()
+    t0, out = time.time(), out or sys.stdout  # the stream of now, not of import time
     run_id = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
     sink = sink_for(spec)
     inp = input_rows(spark, spec)
@@ -154,7 +154,7 @@ def stage(spec, spark, sink, work, input_schema, run_id, n_read, n_todo, progres
     if n_todo:
         from quail_spark.enrich.progress import ProgressLine
 
-        line = ProgressLine(spark.sparkContext, progress_dir, n_todo, progress_every)
+        line = ProgressLine(spark.sparkContext, progress_dir, n_todo, progress_every, out=sys.stderr)
         line.start()
     try:
         data_df.write.mode("append").parquet(staged)  # a new folder of this run (the sink may have made it)
