@@ -41,7 +41,7 @@ def enrich_parser(sub) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="quail-spark", description="AI-SQL on Apache Spark", epilog=EPILOG)
+    p = argparse.ArgumentParser(prog="quail-spark", description="AI-SQL on Apache Spark", epilog="enrich " + EPILOG)
     sub = p.add_subparsers(dest="command", required=True)
     for add, _ in COMMANDS.values():
         add(sub)
