@@ -1,24 +1,33 @@
 """The ``quail-spark`` command.
 
-    quail-spark enrich SPEC.json [--fail-on-error] [--spark-preset spark/local-cpu] [--conf K=V ...]
+    quail-spark enrich SPEC.json [--fail-on-error] [--debug] [--spark-preset spark/local-cpu] [--conf K=V ...]
+    quail-spark eval SPEC.json [--json PATH] [--model M] (see quail_spark.eval_command)
 
 Outside spark-submit the command starts its own SparkSession from a preset
 (default ``spark/local-cpu``) plus ``--conf``; under spark-submit
-(``jobs/enrich.py``) it uses the session spark-submit configured.
-Exit status: 0 done, 1 rows failed under --fail-on-error (nothing committed),
-2 a bad spec or input.
+(``jobs/enrich.py``) it uses the session spark-submit configured, and called
+in a process that already has an active session it uses that one (and leaves
+it running).
+
+Exit status of ``enrich`` (:data:`EXIT_CODES`): 0 done, 1 rows errored under
+--fail-on-error (nothing committed), 2 a bad spec or input, 3 another run
+holds the output, 4 an internal error. A failure prints one line on stderr
+naming the problem; ``--debug`` adds the traceback.
 """
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+import traceback
+
+EXIT_CODES = {0: "done", 1: "rows errored under --fail-on-error (nothing committed)",
+              2: "bad spec or input", 3: "another run holds the output", 4: "internal error"}
+EPILOG = "exit status: " + "; ".join(f"{k} {v}" for k, v in EXIT_CODES.items())
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="quail-spark", description="AI-SQL on Apache Spark")
-    sub = p.add_subparsers(dest="command", required=True)
-    e = sub.add_parser("enrich", help="add AI columns to a table's rows (incremental, atomic)")
+def enrich_parser(sub) -> None:
+    e = sub.add_parser("enrich", help="add AI columns to a table's rows (incremental, atomic)", epilog=EPILOG)
     e.add_argument("spec", help="SPEC.json or SPEC.yaml (see README, 'Enrichment jobs')")
     e.add_argument("--fail-on-error", action="store_true",
                    help="rows that cannot be scored fail the run (nothing is committed)")
@@ -28,27 +37,36 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--progress-every", type=float, default=10.0, metavar="S",
                    help="seconds between progress lines (default 10)")
     e.add_argument("--progress-dir", default=None, help="keep the executors' progress records here")
-    from quail_spark import eval_command
+    e.add_argument("--debug", action="store_true", help="print the traceback of a failure")
 
-    eval_command.add_parser(sub)  # quail-spark eval SPEC
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="quail-spark", description="AI-SQL on Apache Spark", epilog="enrich " + EPILOG)
+    sub = p.add_subparsers(dest="command", required=True)
+    for add, _ in COMMANDS.values():
+        add(sub)
     return p
 
 
 def spark_session(args):
-    """spark-submit's session, or one built from the preset and --conf."""
+    """The active session, spark-submit's, or one built from the preset and --conf."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from pyspark.sql import SparkSession
 
+    from quail_spark.enrich import SpecError
     from quail_spark.presets import load_preset
 
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
     under_submit = "PYSPARK_GATEWAY_PORT" in os.environ
     preset = args.spark_preset or (None if under_submit else "spark/local-cpu")
     conf = load_preset(preset) if preset else {}
     for kv in args.conf:
         k, sep, v = kv.partition("=")
         if not sep:
-            raise SystemExit(f"--conf expects KEY=VALUE, got {kv!r}")
+            raise SpecError(f"--conf expects KEY=VALUE, got {kv!r}")
         conf[k] = v
     builder = SparkSession.builder.appName("quail-enrich")
     for k, v in conf.items():
@@ -63,33 +81,65 @@ def enrich(args) -> int:
 
     try:
         spec = load_spec(args.spec)
-    except (SpecError, OSError) as e:
-        print(f"quail-spark enrich: {e}", file=sys.stderr)
-        return 2
-    from quail_spark.enrich.job import EnrichFailed, run
+    except OSError as e:
+        raise SpecError(f"{args.spec}: cannot read the spec ({e.strerror or e})") from None
+    from quail_spark.enrich.job import run
 
+    from pyspark.sql import SparkSession
+
+    owned = SparkSession.getActiveSession() is None  # a session of the caller's keeps running
     spark = spark_session(args)
     try:
         run(spec, spark, fail_on_error=args.fail_on_error, progress_every=args.progress_every,
             progress_dir=args.progress_dir)
-    except SpecError as e:
-        print(f"quail-spark enrich: {e}", file=sys.stderr)
-        return 2
-    except EnrichFailed as e:
-        print(f"quail-spark enrich: {e}", file=sys.stderr)
-        return 1
     finally:
-        spark.stop()
+        if owned:
+            spark.stop()
     return 0
+
+
+def exit_code(e: BaseException) -> int:
+    """The exit status of a failed command (see :data:`EXIT_CODES`)."""
+    from quail_spark.enrich import SpecError
+    from quail_spark.enrich.guard import EnrichFailed, OutputBusy
+
+    if isinstance(e, EnrichFailed):
+        return 1
+    if isinstance(e, SpecError):
+        return 2
+    if isinstance(e, OutputBusy):
+        return 3
+    return 4
+
+
+def eval_parser(sub) -> None:
+    from quail_spark import eval_command
+
+    eval_command.add_parser(sub)
+
+
+def run_eval(args) -> int:
+    return args.run(args)  # quail_spark.eval_command.main
+
+
+COMMANDS = {"enrich": (enrich_parser, enrich), "eval": (eval_parser, run_eval)}  # name -> (its parser, its run)
 
 
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
-    if args.command == "enrich":
-        return enrich(args)
-    if args.command == "eval":
-        return args.run(args)
-    return 2
+    try:
+        return COMMANDS[args.command][1](args)
+    except Exception as e:  # noqa: BLE001 - every failure is one line and an exit status
+        from quail_spark.enrich.guard import first_line
+
+        code = exit_code(e)
+        what = first_line(e) if code < 4 else f"internal error: {type(e).__name__}: {first_line(e)}"
+        if getattr(args, "debug", False):
+            traceback.print_exc()
+        elif code == 4:
+            what += " (--debug prints the traceback)"
+        print(f"quail-spark {args.command}: {what}", file=sys.stderr, flush=True)
+        return code
 
 
 if __name__ == "__main__":

@@ -89,7 +89,7 @@ def explain_plan(text: str, calls=(), model: str = "") -> str:
             out += _chain(spec)
             _add(total, spec["cost"])
     if joins:
-        out.append("== AI joins (anchor: the document whose KV is computed once) ==")
+        out.append("== AI join anchors (the document whose KV is computed once) ==")
         for spec in joins:
             out += _join(spec)
             _add(total, spec["cost"])
@@ -105,8 +105,8 @@ def explain_plan(text: str, calls=(), model: str = "") -> str:
         out.append("== AI calls the rules did not plan (no estimate: evaluated as written) ==")
         out += [f"  {_call(c)}" for c in rest]
     if planned:
-        out += ["== SoL estimate of the planned AI calls ==",
-                f"total: {total['requested']:,.0f} tokens requested, {total['fresh']:,.0f} fresh; SoL "
+        out += ["== SoL estimate ==",
+                f"the planned AI calls: {total['requested']:,.0f} tokens requested, {total['fresh']:,.0f} fresh; SoL "
                 f"{total['seconds']:.3g} s{f' ({model})' if model else ''}"]
     return "\n".join(out)
 

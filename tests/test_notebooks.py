@@ -25,10 +25,10 @@ def run(name: str, tmp_path):
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.abspath(ROOT), env_path]))
     try:  # the kernel (and Spark's workers) import this checkout's packages
         nbclient.NotebookClient(nb, kernel_name="python3", timeout=600,
-                                resources={"metadata": {"path": str(tmp_path)}}).execute()
+                                resources={"metadata": {"path": EXAMPLES}}).execute()  # cwd as in Jupyter
     finally:
         os.environ.pop("PYTHONPATH") if env_path is None else os.environ.__setitem__("PYTHONPATH", env_path)
-    nbformat.write(nb, str(tmp_path / name))  # the executed notebook, to read when a check fails
+        nbformat.write(nb, str(tmp_path / name))  # the executed notebook, to read when a check fails
     cells = [c for c in nb.cells if c.cell_type == "code"]
     for c in cells:
         errors = [o for o in c.outputs if o.output_type == "error"]
@@ -93,3 +93,18 @@ def test_explain_and_report_stay_str_and_dict_and_render_html():
     assert "<td style='text-align:left'>requested_tokens</td><td style='text-align:left'>1,200</td>" in page
     assert "<td style='text-align:left'>filter: Is x?</td><td style='text-align:left'>3</td>" in page
     assert "has not run yet" in Report()._repr_html_()
+
+
+def test_enrichment(tmp_path):
+    cells = run("enrichment.ipynb", tmp_path)
+    mapped = outputs(cell_with(cells, "tickets.mapInArrow(m, m.schema)"), "text/html")
+    assert mapped.count("<tr>") == 6  # every input row comes back
+    for col in ("complaint", "urgency", "kind", "_ai_error"):
+        assert f"<th>{col}</th>" in mapped
+    scored = outputs(cell_with(cells, "quail_spark.with_ai_columns("), "text/html")
+    assert scored.count("<tr>") == 5  # the blank row's urgency is NULL (the one NULL rule)
+    quality = outputs(cell_with(cells, "quail_spark.evaluate("), "text/html")
+    assert "<th>auc</th>" in quality and re.search(r"<th>animal</th>\s*<td>if</td>\s*<td>60</td>", quality)
+    assert re.search(r"<th>color</th>\s*<td>if</td>\s*<td>60</td>", quality)
+    plot = cell_with(cells, "plt.show()")
+    assert any("image/png" in o.get("data", {}) for o in plot.outputs)

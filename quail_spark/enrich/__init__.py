@@ -3,8 +3,9 @@
 ``quail-spark enrich SPEC.json`` (see :mod:`quail_spark.cli`) runs :func:`run`
 on a spec loaded by :func:`load_spec`. One job per module: ``spec`` (what to
 compute), ``incremental`` (which rows), ``ai_stage`` (the executor function),
-``parquet_sink`` / ``iceberg_sink`` (atomic commits), ``progress`` and
-``report``; ``job`` ties them together.
+``parquet_sink`` / ``iceberg_sink`` / ``delta_sink`` (atomic commits), ``guard``
+(the lock, checks of the state read and of the rows committed), ``progress``
+and ``report``; ``job`` ties them together.
 """
 from quail_spark.enrich.spec import Spec, SpecError, load_spec, parse_spec
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from quail_spark.enrich.guard import OutputBusy, kill_point, usable_state, warn
 from quail_spark.enrich.spec import Spec, SpecError
 
 STATE_SUFFIX = "__ai_state"
@@ -50,6 +51,9 @@ class IcebergSink:
     def lock(self) -> None:
         """Iceberg's optimistic commit already refuses a concurrent change of the snapshot we read."""
 
+    def release(self) -> None:
+        """Nothing to release (see :meth:`lock`)."""
+
     def clean(self) -> None:
         """Files of killed runs are unreferenced; Iceberg's orphan-file removal deletes them."""
 
@@ -69,16 +73,23 @@ class IcebergSink:
         files = [task.file.file_path for task in t.scan().plan_files()]
         return spark.read.parquet(*files) if files else None
 
-    def previous_state(self, spark):
-        """(key, _ai_hash) of the current rows, or None when missing or older than the data (see above)."""
+    def previous_state(self, spark, key: str, warnings: list):
+        """(key, _ai_hash) of the current rows, or None when missing, damaged or older than the data."""
         data, state = self._table(self.ident), self._table(self.state_ident)
         if data is None or state is None or not data.current_snapshot() or not state.current_snapshot():
             return None
         run = data.current_snapshot().summary.get("quail.run")
         if run is None or state.current_snapshot().summary.get("quail.run") != run:
+            warn(warnings, f"stale rerun state {self.state_ident}: it was not committed with {self.ident}'s "
+                           f"current rows (run {run}); every row is recomputed")
             return None
-        files = [task.file.file_path for task in state.scan().plan_files()]
-        return spark.read.parquet(*files) if files else None
+        try:
+            files = [task.file.file_path for task in state.scan().plan_files()]
+        except Exception as e:  # noqa: BLE001 - unreadable metadata only costs recomputation
+            warn(warnings, f"damaged rerun state {self.state_ident}: {type(e).__name__}: {e}; "
+                           "every row is recomputed")
+            return None
+        return usable_state(spark, key, files, self.state_ident, warnings) if files else None
 
     def _staging(self, ident: str, run_id: str, schema) -> str:
         t = self._table(ident)
@@ -99,9 +110,10 @@ class IcebergSink:
         t = self.catalog.load_table(self.ident)
         head = t.current_snapshot().snapshot_id if t.current_snapshot() else None
         if head != self._base:
-            raise RuntimeError(f"{self.ident} changed while this run worked (snapshot {self._base} -> {head}); "
+            raise OutputBusy(f"{self.ident} changed while this run worked (snapshot {self._base} -> {head}); "
                                "nothing committed, run again")
         _replace_files(t, staged, run_id, drop="_ai_hash")  # a column of tables written before the state table
+        kill_point("between-commits")
         _replace_files(self.catalog.load_table(self.state_ident), self._state_staged, run_id)
 
 

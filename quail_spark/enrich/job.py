@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import functools
+import importlib
 import math
 import os
 import re
@@ -22,9 +23,11 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType, _parse_datatype_string
 
 from quail_spark import executor
+from quail_spark.enrich import guard
 from quail_spark.enrich import incremental as inc
 from quail_spark.enrich.ai_stage import (TEST_BATCH_DELAY, TEST_FAIL_FIRST_ATTEMPT, CountersParam, StagePlan,
                                          enrich_task)
+from quail_spark.enrich.guard import EnrichFailed
 from quail_spark.enrich.report import summary, write
 from quail_spark.enrich.spec import Spec, SpecError
 
@@ -33,69 +36,85 @@ TEST_ENGINE_DEVICE = "spark.quail.enrich.test.engineDevice"  # TEST ONLY: engine
 GPU_DEVICES = ("cuda", "gpu")
 
 
-class EnrichFailed(RuntimeError):
-    """``fail_on_error`` and some rows could not be scored: nothing was committed."""
-
-    def __init__(self, message: str, report: dict):
-        super().__init__(message)
-        self.report = report
-
-
 def read_input(spark, spec: Spec):
-    """The input as a DataFrame: a Parquet / JSON lines / CSV path, or a catalog table."""
+    """The input as a DataFrame: a Parquet / JSON lines / CSV path, or a catalog table.
+
+    A path or table that does not exist is a :class:`SpecError` naming it.
+    """
+    from pyspark.errors import AnalysisException
+
     src = spec.input
     low = src.lower().rstrip("/")
-    if low.endswith((".json", ".jsonl")):
-        return spark.read.json(spec.path(src))
-    if low.endswith(".csv"):
-        return spark.read.option("header", "true").option("inferSchema", "true").csv(spec.path(src))
-    if low.endswith(".parquet") or "/" in src:
-        return spark.read.parquet(spec.path(src))
-    return spark.table(src)
+    try:
+        if low.endswith((".json", ".jsonl")):
+            return spark.read.json(spec.path(src))
+        if low.endswith(".csv"):
+            return spark.read.option("header", "true").option("inferSchema", "true").csv(spec.path(src))
+        if low.endswith(".parquet") or "/" in src:
+            return spark.read.parquet(spec.path(src))
+        return spark.table(src)
+    except AnalysisException as e:
+        raise SpecError(f"input {src!r}: {guard.first_line(e)}") from None
+
+
+SINKS = {"parquet": ("quail_spark.enrich.parquet_sink", "ParquetSink"),
+         "iceberg": ("quail_spark.enrich.iceberg_sink", "IcebergSink"),
+         "delta": ("quail_spark.enrich.delta_sink", "DeltaSink")}
 
 
 def sink_for(spec: Spec):
-    if spec.iceberg:
-        from quail_spark.enrich.iceberg_sink import IcebergSink
-
-        return IcebergSink(spec)
-    from quail_spark.enrich.parquet_sink import ParquetSink
-
-    return ParquetSink(spec.path(spec.output))
+    """The sink of the spec's output format (imported only when used: pyiceberg, deltalake)."""
+    module, name = SINKS[spec.output_format]
+    return getattr(importlib.import_module(module), name)(spec)
 
 
 def run(spec: Spec, spark, fail_on_error: bool = False, progress_every: float = 10.0,
-        progress_dir: str | None = None, out=sys.stdout) -> dict:
-    """Run ``spec`` on ``spark``; returns the report (also printed and written beside the output)."""
-    t0 = time.time()
+        progress_dir: str | None = None, out=None) -> dict:
+    """Run ``spec`` on ``spark``; returns the report (also printed and written beside the output).
+
+    The input and its key are checked before the output is locked: a rejected
+    spec leaves nothing behind.
+    """
+    t0, out = time.time(), out or sys.stdout  # the stream of now, not of import time
     run_id = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
     sink = sink_for(spec)
-    sink.lock()
-    sink.clean()
     inp = input_rows(spark, spec)
-    prev, state = sink.previous(spark), sink.previous_state(spark)
+    keys = guard.key_figures(inp, spec.key)
+    if keys[0] != keys[1] or keys[2]:
+        inc.check_key(spec, inp)  # names the repeated or NULL keys
+    sink.lock()
+    try:
+        report = locked_run(spec, spark, sink, inp, keys, run_id, progress_dir, progress_every)
+        if fail_on_error and report["rows_errored"]:
+            report.update(committed=False, wall_s=round(time.time() - t0, 3))
+            write(report, sink.report_path)
+            print(summary(report), file=out, flush=True)
+            raise EnrichFailed(f"{report['rows_errored']} row(s) could not be scored and --fail-on-error is "
+                               f"set; nothing committed, {sink.describe()} is unchanged", report)
+        sink.commit(report["version"], run_id)
+    finally:
+        sink.release()
+    report.update(committed=True, wall_s=round(time.time() - t0, 3))
+    write(report, sink.report_path)
+    print(summary(report), file=out, flush=True)
+    return report
+
+
+def locked_run(spec: Spec, spark, sink, inp, keys, run_id, progress_dir, progress_every) -> dict:
+    """Read the previous output and its state (checked), stage this run's rows, check them; the report."""
+    sink.clean()
+    warnings: list = []
+    prev = guard.unique_previous(spec.key, sink.previous(spark), sink.describe(), warnings)
+    state = sink.previous_state(spark, spec.key, warnings)
     work = inc.work_rows(spec, inp, prev, state).persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        k = F.col(spec.key)
-        n_read, n_keys, n_todo = work.select(F.count(F.lit(1)), F.count_distinct(k),
-                                             F.sum(inc.needs_any(spec).cast("long"))).first()
-        if n_keys != n_read:
-            inc.check_key(spec, inp)  # names the repeated or NULL keys
+        n_read, n_todo = work.select(F.count(F.lit(1)), F.sum(inc.needs_any(spec).cast("long"))).first()
         report = stage(spec, spark, sink, work, inp.schema, run_id, n_read, n_todo or 0,
                        progress_dir, progress_every)
     finally:
         work.unpersist()
-    report["output"] = sink.describe()
-    if fail_on_error and report["rows_errored"]:
-        report.update(committed=False, wall_s=round(time.time() - t0, 3))
-        write(report, sink.report_path)
-        print(summary(report), file=out, flush=True)
-        raise EnrichFailed(f"{report['rows_errored']} row(s) could not be scored and --fail-on-error is set; "
-                           f"nothing committed, {sink.describe()} is unchanged", report)
-    sink.commit(report["version"], run_id)
-    report.update(committed=True, wall_s=round(time.time() - t0, 3))
-    write(report, sink.report_path)
-    print(summary(report), file=out, flush=True)
+    guard.check_output(spark, spec.key, inp, keys, report["version"], sink.describe())
+    report.update(output=sink.describe(), warnings=warnings)
     return report
 
 
@@ -135,7 +154,7 @@ def stage(spec, spark, sink, work, input_schema, run_id, n_read, n_todo, progres
     if n_todo:
         from quail_spark.enrich.progress import ProgressLine
 
-        line = ProgressLine(spark.sparkContext, progress_dir, n_todo, progress_every)
+        line = ProgressLine(spark.sparkContext, progress_dir, n_todo, progress_every, out=sys.stderr)
         line.start()
     try:
         data_df.write.mode("append").parquet(staged)  # a new folder of this run (the sink may have made it)

@@ -19,18 +19,19 @@ the state they were computed with switch together in the one swap.
 """
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 from pathlib import Path
 
-from quail_spark.enrich.spec import SpecError
+from quail_spark.enrich.guard import WriterLock, usable_state, warn
+from quail_spark.enrich.spec import Spec, SpecError
 
 STATE = "_ai_state"
 
 
 class ParquetSink:
-    def __init__(self, path: str):
+    def __init__(self, spec: Spec):
+        path = spec.path(spec.output)
         if "://" in path and not path.startswith("file://"):
             raise SpecError(f"output {path!r}: Parquet output is committed by a symlink swap and needs a "
                             "local or mounted file system; use an Iceberg table ('iceberg:ns.table') for "
@@ -38,7 +39,7 @@ class ParquetSink:
         self.link = Path(path.removeprefix("file://"))
         self.versions = Path(str(self.link) + ".versions")
         self.report_path = str(self.link) + ".report.json"
-        self._lock = None
+        self._lock = WriterLock(self.versions, self.versions, str(self.link))
         if self.link.exists() and not self.link.is_symlink():
             raise SpecError(f"output {path!r} exists and is not a quail-spark output (a symlink to a version "
                             "folder); move it away or choose another output path")
@@ -47,13 +48,12 @@ class ParquetSink:
         return str(self.link)
 
     def lock(self) -> None:
-        """Hold the writer lock for this process's life (released by the OS even on SIGKILL)."""
-        self.versions.mkdir(parents=True, exist_ok=True)
-        self._lock = open(self.versions / ".lock", "w")
-        try:
-            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise RuntimeError(f"another run is writing {self.link} (lock {self.versions / '.lock'})") from None
+        """Hold the writer lock until :meth:`release`."""
+        self._lock.acquire()
+
+    def release(self) -> None:
+        """Let go of the lock; a first run that committed nothing leaves no folder behind."""
+        self._lock.release(committed=self.current() is not None)
 
     def current(self) -> Path | None:
         return self.link.resolve() if self.link.is_symlink() else None
@@ -63,20 +63,17 @@ class ParquetSink:
         cur = self.current()
         return spark.read.parquet(str(cur)) if cur is not None else None
 
-    def previous_state(self, spark):
-        """(key, _ai_hash) of the committed rows, or None when missing or unreadable (all rows recomputed)."""
-        import pyarrow.parquet as pq
-
+    def previous_state(self, spark, key: str, warnings: list):
+        """(key, _ai_hash) of the committed rows, or None when missing or damaged (all rows recomputed)."""
         cur = self.current()
         state = cur / STATE if cur is not None else None
-        if state is None or not (state / "_SUCCESS").exists():
+        if state is None or not state.exists():
             return None
-        try:
-            for p in state.glob("*.parquet"):
-                pq.read_metadata(p)  # a damaged file fails here, not in the middle of the run
-            return spark.read.parquet(str(state))
-        except Exception:  # noqa: BLE001 - any unreadable state only costs recomputation
+        if not (state / "_SUCCESS").exists():
+            warn(warnings, f"damaged rerun state {state}: incomplete (no _SUCCESS); every row is recomputed")
             return None
+        files = sorted(p for p in state.iterdir() if not p.name.startswith(("_", ".")))
+        return usable_state(spark, key, files or [state], str(state), warnings)
 
     def clean(self) -> None:
         """Remove version folders other than the current one and the one before it (partial runs too)."""

@@ -22,7 +22,7 @@ from pathlib import Path
 from gpu_worker.ai_columns import AIColumn
 
 KEYS = {"input": "input path (.parquet/.jsonl/.json/.csv) or catalog table",
-        "output": "output Parquet path, or 'iceberg:<namespace>.<table>'",
+        "output": "output Parquet path, 'iceberg:<namespace>.<table>' or 'delta:<path>'",
         "key": "unique row key column", "columns": "{name: AI call expression}",
         "where": "optional SQL condition on input rows", "model": "engine model",
         "device": "'cpu', 'cuda' (the GPU Spark assigns each AI task) or 'auto'",
@@ -31,6 +31,7 @@ REQUIRED = ("input", "output", "key", "columns")
 # Engine settings that change results; the others (budgets, device, caches) only change speed.
 VALUE_SETTINGS = ("dtype", "on_overflow", "max_prompt_tokens", "seed", "tokenizer", "quantize")
 RESERVED = ("_ai_error", "_ai_hash")
+OUTPUT_FORMATS = ("iceberg", "delta")  # 'fmt:...' outputs; anything else is a Parquet path
 
 
 class SpecError(ValueError):
@@ -59,8 +60,10 @@ class Spec:
         return tuple(out)
 
     @property
-    def iceberg(self) -> bool:
-        return self.output.startswith("iceberg:")
+    def output_format(self) -> str:
+        """'iceberg', 'delta' (the output's prefix) or 'parquet'."""
+        fmt = self.output.split(":", 1)[0]
+        return fmt if fmt in OUTPUT_FORMATS else "parquet"
 
     def column_hash(self, col: AIColumn) -> str:
         """What a column's values depend on besides the row: its call, the model, value settings."""
@@ -129,6 +132,9 @@ def parse_spec(raw, base_dir: str = ".") -> Spec:
     for k in ("columns", "engine", "catalog"):
         if k in raw and not isinstance(raw[k], dict):
             raise SpecError(f"spec key {k!r}: expected a mapping ({KEYS[k]}), got {raw[k]!r}")
+    fmt, sep, where = raw["output"].partition(":")
+    if sep and fmt in OUTPUT_FORMATS and not where.strip():
+        raise SpecError(f"spec key 'output': {raw['output']!r} names no table; expected {KEYS['output']}")
     if not raw["columns"]:
         raise SpecError("spec key 'columns': expected at least one {name: AI call}")
     cols = tuple(parse_column(name, expr) for name, expr in raw["columns"].items())

@@ -1,7 +1,11 @@
 """Small tables, specs and comparisons shared by the enrichment tests."""
 from __future__ import annotations
 
+import io
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -11,6 +15,7 @@ COLUMNS = {"complaint": "ai_if('Is {0} a complaint?', body)",
            "label": "ai_classify(body, array('bug', 'praise'))",
            "p": "ai_score('Is {0} about a delivery?', body)"}
 FIELDS = ["id", "complaint", "label", "p", "_ai_error"]  # exactly the output's columns
+REPO = Path(__file__).resolve().parents[2]
 
 
 def notes(n: int, start: int = 0, edit: dict | None = None) -> pa.Table:
@@ -51,3 +56,26 @@ def assert_same_rows(a: list, b: list, tol: float = 1e-5) -> None:
         fx, fy = [v for i, v in enumerate(x) if i != 3], [v for i, v in enumerate(y) if i != 3]
         assert fx == fy, (x, y)
         assert (x[3] is None) == (y[3] is None) and (x[3] is None or abs(x[3] - y[3]) <= tol), (x, y)
+
+
+def enrich(spark, spec_path, **kw) -> dict:
+    """One in-process run on the shared session (the printed report is discarded)."""
+    from quail_spark.enrich import load_spec, run
+
+    return run(load_spec(spec_path), spark, out=io.StringIO(), **kw)
+
+
+def cli(spec: Path, *args: str, env: dict | None = None) -> subprocess.Popen:
+    """``python -m quail_spark.cli enrich SPEC ...`` as its own process group; output in ``<spec>.log``."""
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+           "PYSPARK_PYTHON": sys.executable, **(env or {})}
+    log = open(spec.parent / f"{spec.stem}.log", "w")
+    return subprocess.Popen([sys.executable, "-m", "quail_spark.cli", "enrich", str(spec), *args],
+                            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def rows_done(progress: Path) -> int:
+    """Rows the AI tasks of a run have finished, from their progress records."""
+    from quail_spark.enrich.progress import totals
+
+    return int(totals(str(progress)).get("rows", 0))

@@ -3,42 +3,17 @@ gives the rows of an uninterrupted run. The killed run is a real ``python -m qua
 process group (driver, its JVM and Python workers)."""
 from __future__ import annotations
 
-import io
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from quail_spark.enrich import load_spec, run
 from quail_spark.enrich.ai_stage import TEST_BATCH_DELAY
 from quail_spark.enrich.progress import ProgressLine
 
-from .helpers import assert_same_rows, notes, rows, write_spec
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def enrich(spark, spec_path, **kw):
-    return run(load_spec(spec_path), spark, out=io.StringIO(), **kw)
-
-
-def cli(spec: Path, *args: str) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-           "PYSPARK_PYTHON": sys.executable}
-    log = open(spec.parent / f"{spec.stem}.log", "w")
-    return subprocess.Popen([sys.executable, "-m", "quail_spark.cli", "enrich", str(spec), *args],
-                            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-
-
-def rows_done(progress: Path) -> int:
-    from quail_spark.enrich.progress import totals
-
-    return int(totals(str(progress)).get("rows", 0))
+from .helpers import assert_same_rows, cli, enrich, notes, rows, rows_done, write_spec
 
 
 def test_sigkill_mid_run_keeps_the_previous_output_and_the_rerun_completes_it(spark, tmp_path):

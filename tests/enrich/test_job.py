@@ -2,7 +2,6 @@
 the same values as plain spark.sql, and Iceberg output."""
 from __future__ import annotations
 
-import io
 import json
 import os
 import shutil
@@ -11,14 +10,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from quail_spark.enrich import load_spec, run
 from quail_spark.enrich.job import EnrichFailed
 
-from .helpers import COLUMNS, FIELDS, assert_same_rows, hashes, notes, rows, write_spec
-
-
-def enrich(spark, spec_path, **kw):
-    return run(load_spec(spec_path), spark, out=io.StringIO(), **kw)
+from .helpers import COLUMNS, FIELDS, assert_same_rows, enrich, hashes, notes, rows, write_spec
 
 
 def test_rerun_computes_only_changed_rows_and_equals_a_clean_run(spark, tmp_path):

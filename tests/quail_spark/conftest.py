@@ -8,15 +8,16 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))  # the shared helpers module beside this file
-from spark_fixtures import NOTES, TERMS, Naive  # noqa: E402
+from spark_fixtures import CATS, NOTES, TERMS, Naive  # noqa: E402
 
 
 @pytest.fixture(scope="session")
 def tables(spark):
-    """Temp views ``notes`` and ``terms`` (2 partitions each)."""
+    """Temp views ``notes`` and ``terms`` (2 partitions each) and ``cats``."""
     spark.createDataFrame(NOTES, "id int, body string, year int, kind string").repartition(2, "id") \
         .createOrReplaceTempView("notes")
     spark.createDataFrame(TERMS, "tid int, term string, kind string").createOrReplaceTempView("terms")
+    spark.createDataFrame(CATS, "cid int, cat string").createOrReplaceTempView("cats")
     return {"notes": NOTES, "terms": TERMS}
 
 

@@ -19,6 +19,9 @@ AI_PAIR = f"ai_if('{MENTION}', n.body, t.term)"
 
 A_ROWS = [(1, "My parcel was late"), (2, None), (3, ""), (1, "My parcel was late")]
 K_ROWS = [(10, "parcel"), (11, None), (12, ""), (10, "parcel")]
+THREE_WAY = ("SELECT n.id, t.tid, c.cid FROM notes n "  # the rules reorder it: terms x cats first
+             f"JOIN terms t ON ai_if('{MENTION}', n.body, t.term, map('selectivity', 0.9)) "
+             "JOIN cats c ON ai_if('Is {0} a kind of {1}?', t.term, c.cat, map('selectivity', 0.1))")
 NULL_KEY_JOIN = "SELECT a.id, k.kid FROM a JOIN k ON ai_if('Does {0} mention {1}?', a.body, k.term)"
 
 # (name, Spark SQL, the QuailSession text when it is another spelling of the same query)
@@ -67,6 +70,7 @@ QUERIES = [
     ("not_exists_ai_join", "SELECT t.tid FROM terms t WHERE NOT EXISTS (SELECT 1 FROM notes n "
      f"WHERE n.kind = t.kind AND {AI_PAIR})", None),
     ("in_ai_join", f"SELECT t.tid FROM terms t WHERE t.kind IN (SELECT n.kind FROM notes n WHERE {AI_PAIR})", None),
+    ("three_way_two_ai_joins", THREE_WAY, None),
     ("bigquery", f"SELECT id, ai_score('{COMPLAINT}', body) AS p FROM notes WHERE ai_if('{ANIMAL}', body)",
      f"SELECT id, AI.SCORE(('Is ', body, ' a complaint?')) AS p FROM notes "
      f"WHERE AI.IF(PROMPT('{ANIMAL}', body), connection_id => 'us.conn')"),
@@ -176,3 +180,29 @@ def test_same_rows_with_a_random_model(spark, random_qs, name, sql, spelled):
     assert ours == on, f"{name}: QuailSession {sorted(ours.items())} vs spark.sql {sorted(on.items())}"
     if name == "select_three_calls":  # answers of both signs: the comparison can tell paths apart
         assert {r[1] for r in on} >= {True, False} and {r[2] > 0.5 for r in on if r[2] is not None} == {True, False}
+
+
+RANDOM_QUERIES = {  # a seeded random model answers yes and no (SmolLM2 says no to nearly every pair)
+    "three_way_two_ai_joins": THREE_WAY,
+    "join_short_side_first": "SELECT n.id, t.tid FROM notes n JOIN terms t ON ai_if('Is {0} in {1}?', t.term, n.body)",
+    "join_anchor_hint": "SELECT n.id, t.tid FROM notes n JOIN terms t "
+                        "ON ai_if('Is {0} a topic of {1}?', t.term, n.body, map('anchor', 't'))",
+    "two_column_filter": "SELECT id FROM notes WHERE ai_if('Is {0} a {1} note?', body, kind)",
+}
+
+
+@pytest.fixture(scope="module")
+def random_model(spark, qs):
+    from quail_spark import QuailSession
+
+    yield QuailSession(spark, model="tiny-llama-random", device="cpu")
+    QuailSession(spark, model="smollm2-135m", device="cpu")  # the engine of the other tests
+
+
+@pytest.mark.parametrize("name", list(RANDOM_QUERIES))
+def test_same_rows_on_every_path_with_a_random_model(spark, random_model, name):
+    sql = RANDOM_QUERIES[name]
+    on, off = rows_with_rules(spark, sql, True), rows_with_rules(spark, sql, False)
+    ours = multiset(random_model.sql(sql).collect())
+    assert on == off == ours, f"{name}: rules on {sorted(on)}, off {sorted(off)}, QuailSession {sorted(ours)}"
+    assert 0 < sum(on.values()), f"{name}: no rows (the comparison would prove nothing)"

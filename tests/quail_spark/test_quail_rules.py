@@ -12,7 +12,6 @@ import pytest
 import quail_spark
 from golden import check, sections
 from quail_spark.explain import planned_calls
-from spark_fixtures import CATS
 
 CHAIN = ("SELECT id FROM notes WHERE ai_if('Is {0} a complaint?', body) AND year > 2019 "
          "AND ai_if('Is {0} about a pet?', body, map('selectivity', 0.1))")
@@ -71,7 +70,6 @@ RUNNABLE_CASES = [  # rules that run with the optimizer rules off too: Spark alo
 @pytest.fixture(scope="module")
 def rules(spark, tables):
     quail_spark.install(spark, model="tiny-llama-random", device="cpu", kv_pool_tokens=4096)
-    spark.createDataFrame(CATS, "cid int, cat string").createOrReplaceTempView("cats")
     yield spark
     spark.conf.set("spark.quail.optimizer.enabled", "true")
 

@@ -52,7 +52,7 @@ def test_chain_lines_are_the_plans_numbers_in_its_order():
 
 def test_join_lines_show_the_anchor_and_both_prices():
     text = explain_plan(PLAN, to_spark(SQL)[1])
-    lines = text.split("== AI joins")[1].splitlines()[1:4]
+    lines = text.split("== AI join anchors")[1].splitlines()[1:4]
     assert lines[0].startswith("  ai_if('Is {0} in {1}?', t.term, n.body): anchor n.body (cost model); cost 100 fresh")
     assert lines[1].startswith("    t.term: 30 rows (statistics), 2 tokens (statistics); as anchor 900 fresh")
     assert lines[2].startswith("    n.body: 40 rows (statistics), 400 tokens (hint); as anchor 100 fresh")
@@ -70,7 +70,7 @@ def test_calls_the_rules_did_not_plan_and_the_total():
     text = explain_plan(PLAN, to_spark(SQL)[1], "toy at 1 TFLOP/s")
     rest = text.split("== AI calls the rules did not plan")[1].splitlines()
     assert rest[1] == "  ai_score('Is {0} rude?', n.body)"
-    assert text.endswith("total: 358,500 tokens requested, 326,400 fresh; SoL 0.85 s (toy at 1 TFLOP/s)")
+    assert text.endswith("the planned AI calls: 358,500 tokens requested, 326,400 fresh; SoL 0.85 s (toy at 1 TFLOP/s)")
 
 
 def test_a_plan_without_the_rules_calls_prints_no_estimate():

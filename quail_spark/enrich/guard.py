@@ -1,0 +1,169 @@
+"""What keeps an enrichment run safe: the writer lock, checks of what it reads and of what it commits.
+
+- :func:`usable_state` reads a sink's rerun state (key, ``_ai_hash``) with Spark
+  and checks it: readable, one row per key, every ``_ai_hash`` a JSON map.
+  Anything else is a damaged state: one warning line naming the path and the
+  fault, and ``None`` (every row is recomputed). A damaged state never stops a
+  run and never doubles a row.
+- :func:`unique_previous` drops from the previous output the keys it holds more
+  than once (an output written by an older version from a doubled state): they
+  are recomputed, never copied.
+- :func:`check_output` compares the staged output with the input keys before a
+  commit: exactly one row per input key, or :class:`OutputInvalid` naming a key
+  and nothing is committed.
+- :class:`WriterLock` is the writer lock of sinks on a file system (``flock``,
+  released by the OS even on SIGKILL); a held lock raises :class:`OutputBusy`.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import signal
+import sys
+from pathlib import Path
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+TEST_KILL = "QUAIL_ENRICH_TEST_KILL"  # TEST ONLY: "between-commits" SIGKILLs the driver after the data commit
+
+
+class OutputBusy(RuntimeError):
+    """Another run holds (or changed) the output; nothing was committed."""
+
+
+class OutputInvalid(RuntimeError):
+    """The staged output is not one row per input key; nothing was committed."""
+
+
+class EnrichFailed(RuntimeError):
+    """``fail_on_error`` and some rows could not be scored: nothing was committed."""
+
+    def __init__(self, message: str, report: dict):
+        super().__init__(message)
+        self.report = report
+
+
+def warn(warnings: list, line: str) -> None:
+    """One warning line on stderr, kept for the report."""
+    warnings.append(line)
+    print(f"quail-spark enrich: warning: {line}", file=sys.stderr, flush=True)
+
+
+def first_line(e: BaseException) -> str:
+    """The first non-empty line of an error (Spark's carry a JVM stack trace)."""
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _fault(e: BaseException, files: list) -> str:
+    """What is wrong, naming the file when the error names one of ``files``."""
+    text = str(e)
+    for f in files:
+        name = os.path.basename(str(f).rstrip("/"))
+        if name and name in text and not os.path.isdir(str(f).removeprefix("file://")):
+            return f"unreadable file {f} ({type(e).__name__}: {first_line(e)[:200]})"
+    return f"unreadable ({type(e).__name__}: {first_line(e)[:300]})"
+
+
+def usable_state(spark, key: str, files: list, where: str, warnings: list) -> DataFrame | None:
+    """The checked state read from ``files`` (Parquet files or folders), or None after a warning."""
+    try:
+        df = spark.read.parquet(*[str(f) for f in files])
+        if not {key, "_ai_hash"} <= set(df.columns):
+            warn(warnings, f"damaged rerun state {where}: columns {df.columns}, expected [{key!r}, '_ai_hash']; "
+                           "every row is recomputed")
+            return None
+        k = F.col(key)
+        bad_hash = F.from_json(F.col("_ai_hash"), "map<string,string>").isNull()
+        bad = (df.groupBy(k).agg(F.count(F.lit(1)).alias("__n"), F.max(bad_hash.cast("int")).alias("__bad"))
+               .where((F.col("__n") > 1) | k.isNull() | (F.col("__bad") == 1)).limit(1).collect())
+    except Exception as e:  # noqa: BLE001 - any read failure of the state only costs recomputation
+        warn(warnings, f"damaged rerun state {where}: {_fault(e, files)}; every row is recomputed")
+        return None
+    if bad:
+        k_val, n, malformed = bad[0]
+        what = (f"NULL key {key!r}" if k_val is None else f"duplicated key {key}={k_val!r} ({n} rows)"
+                if n > 1 else f"malformed _ai_hash of key {key}={k_val!r}")
+        warn(warnings, f"damaged rerun state {where}: {what}; every row is recomputed")
+        return None
+    return df.select(key, "_ai_hash")
+
+
+def unique_previous(key: str, prev: DataFrame | None, where: str, warnings: list) -> DataFrame | None:
+    """``prev`` without the keys it holds more than once (or NULL): those rows are recomputed."""
+    if prev is None:
+        return None
+    k = F.col(key)
+    try:
+        dup = prev.groupBy(k).count().where((F.col("count") > 1) | k.isNull())
+        first = dup.limit(1).collect()
+    except Exception as e:  # noqa: BLE001 - an unreadable previous output only costs recomputation
+        warn(warnings, f"previous output {where}: {_fault(e, [])}; every row is recomputed")
+        return None
+    if not first:
+        return prev
+    n_keys = dup.count()
+    warn(warnings, f"previous output {where} holds key {key}={first[0][0]!r} {first[0][1]} times "
+                   f"({n_keys} such key(s)); their rows are recomputed")
+    return prev.where(k.isNotNull()).join(dup.select(key).where(k.isNotNull()), key, "left_anti")
+
+
+def key_figures(df: DataFrame, key: str) -> tuple:
+    """(rows, distinct keys, NULL keys, XOR of the keys' 64-bit hashes): one row per key, as a fingerprint."""
+    k = F.col(key)
+    return tuple(df.agg(F.count(F.lit(1)), F.count_distinct(k), F.count_if(k.isNull()),
+                        F.bit_xor(F.xxhash64(k))).first())
+
+
+def check_output(spark, key: str, inp: DataFrame, want: tuple, staged: str, where: str) -> None:
+    """Exactly one staged row per input key (``want``: the input's :func:`key_figures`), or
+    :class:`OutputInvalid` naming a key."""
+    got = spark.read.parquet(staged)
+    if key_figures(got, key) == tuple(want):
+        return
+    counts = got.groupBy(key).agg(F.count(F.lit(1)).alias("__n"))
+    bad = (inp.select(key).withColumn("__in", F.lit(True)).join(counts, key, "full_outer")
+           .where(F.col("__in").isNull() | F.col("__n").isNull() | (F.col("__n") != 1)).limit(1).collect())
+    k_val, present, n = bad[0] if bad else (None, True, None)
+    what = (f"{n} rows" if present else f"{n} row(s) but it is not an input key") if n else "no row"
+    raise OutputInvalid(f"{where}: the output would hold {what} for {key}={k_val!r} (one row per input "
+                        "key expected); nothing committed")
+
+
+class WriterLock:
+    """One writer per output: an exclusive ``flock`` on ``folder/.lock`` (released by the OS even on SIGKILL).
+
+    A run that created ``root`` for the lock and committed nothing removes it on
+    :meth:`release`, so a rejected first run leaves nothing behind.
+    """
+
+    def __init__(self, folder: Path, root: Path, output: str):
+        self.folder, self.root, self.output = folder, root, output
+        self._file, self._made = None, False
+
+    def acquire(self) -> None:
+        self._made = not self.root.exists()
+        self.folder.mkdir(parents=True, exist_ok=True)
+        f = open(self.folder / ".lock", "w")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.close()
+            raise OutputBusy(f"another run is writing {self.output} (it holds the lock {self.folder / '.lock'})"
+                             ) from None
+        self._file = f
+
+    def release(self, committed: bool) -> None:
+        if self._made and not committed and self._file is not None:
+            shutil.rmtree(self.root, ignore_errors=True)  # still locked: no other run is inside
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def kill_point(name: str) -> None:
+    """TEST ONLY: SIGKILL this process at ``name`` when ``QUAIL_ENRICH_TEST_KILL`` says so."""
+    if os.environ.get(TEST_KILL) == name:
+        os.kill(os.getpid(), signal.SIGKILL)
