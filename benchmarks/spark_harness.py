@@ -92,7 +92,8 @@ def make_predict_fn(question: str, n_cols: int = 1):
             lg = model(input_ids=ids, attention_mask=mask, logits_to_keep=1).logits[:, -1].float()
             m = torch.logsumexp(lg[:, true_ids], -1) - torch.logsumexp(lg[:, false_ids], -1)
             return m.numpy().astype(np.float64)
-        return predict
+        # predict_batch_udf counts the function's parameters: one per column
+        return predict if n_cols == 1 else (lambda doc, other: predict(doc, other))
     return make
 
 
