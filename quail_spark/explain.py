@@ -5,7 +5,7 @@ Spark Connect sessions both print and which runs no Spark job: the optimized
 logical plan with Spark's statistics on every node, then the physical plan.
 The planner's cost model is in the Java rules (``AiCost.java``); each call the
 rules write carries its estimates in its spec (the first argument of
-``quail_chain`` / ``quail_join``), and this module prints those numbers, never
+``quail_chain`` / ``quail_join`` / ``quail_eval``), and this module prints those numbers, never
 numbers of its own:
 
 - AI filter order: each fused chain's predicates in the order the plan
@@ -15,6 +15,10 @@ numbers of its own:
   rows and tokens with their sources, and the cost with either column as anchor;
 - AI join order, when the rules ordered several AI joins: the chosen order of
   the tables and its cost, and the cost of the order as written;
+- AI calls evaluated together (``quail_eval``: a SELECT list, CASE, OR, a
+  score threshold, top-k, an aggregate): per document, each call's SoL seconds
+  per row (the first computes the document, later ones their question) and
+  the group's cost;
 - AI calls the rules did not plan (rules off, or shapes they leave alone);
 - the total the plan's estimates add up to.
 
@@ -26,7 +30,7 @@ import contextlib
 import io
 import json
 
-INTERNAL = ("quail_chain(", "quail_join(")
+INTERNAL = ("quail_chain(", "quail_join(", "quail_eval(")
 
 
 def plan_text(df, mode: str = "cost") -> str:
@@ -50,7 +54,7 @@ def optimized_section(text: str) -> str:
 
 
 def planned_calls(text: str) -> list:
-    """[(kind 'chain' or 'join', spec dict)] of the rules' calls in the optimized plan of
+    """[(kind 'chain', 'join' or 'eval', spec dict)] of the rules' calls in the optimized plan of
     ``text``, in evaluation order (deeper lines first); each spec once."""
     section, found, seen = optimized_section(text), [], set()
     decoder = json.JSONDecoder()
@@ -82,6 +86,7 @@ def explain_plan(text: str, calls=(), model: str = "") -> str:
     planned = planned_calls(text)
     chains = [s for k, s in planned if k == "chain"]
     joins = [s for k, s in planned if k == "join"]
+    evals = [s for k, s in planned if k == "eval" and "cost" in s]
     total = {"requested": 0.0, "fresh": 0.0, "seconds": 0.0}
     if chains:
         out.append("== AI filter order (as the plan evaluates; rank = SoL s per row / (1 - selectivity)) ==")
@@ -93,13 +98,18 @@ def explain_plan(text: str, calls=(), model: str = "") -> str:
         for spec in joins:
             out += _join(spec)
             _add(total, spec["cost"])
+    if evals:
+        out.append("== AI calls evaluated together (one document's KV computed once per row) ==")
+        for spec in evals:
+            out += _eval(spec)
+            _add(total, spec["cost"])
     orders = {json.dumps(s["join_order"], sort_keys=True): s["join_order"] for s in joins if "join_order" in s}
     if orders:
         out.append("== AI join order (Selinger-style over the AI predicates; SoL s, survivor-thinned) ==")
         for o in orders.values():
             out += [f"  chosen: {' > '.join(o['chosen'])}  cost {o['seconds']:.3g} s",
                     f"  written: {' > '.join(o['written'])}  cost {o['written_seconds']:.3g} s"]
-    templates = {c["template"] for s in chains for c in s["calls"]} | {s["template"] for s in joins}
+    templates = ({c["template"] for s in chains + evals for c in s["calls"]} | {s["template"] for s in joins})
     rest = [c for c in calls if c.template not in templates]
     if rest:
         out.append("== AI calls the rules did not plan (no estimate: evaluated as written) ==")
@@ -117,6 +127,14 @@ def _chain(spec: dict) -> list:
     for k, c in enumerate(spec["calls"]):
         out.append(f"  {k + 1}. ai_if({c['template']!r}) selectivity={c['selectivity']:g} "
                    f"({c['selectivity_source']}) rank={c['rank']:.3g} evaluated={_n(c['evaluated'])}")
+    return out
+
+
+def _eval(spec: dict) -> list:
+    out = [f"on {spec['doc']} ({_n(spec['rows'])} rows, {spec['rows_source']}; document "
+           f"{_n(spec['doc_tokens'])} tokens, {spec['tokens_source']}; cost {_cost(spec['cost'])}):"]
+    for k, c in enumerate(spec["calls"]):
+        out.append(f"  {k + 1}. {c['fn']}({c['template']!r}) SoL s per row={c['seconds_per_row']:.3g}")
     return out
 
 

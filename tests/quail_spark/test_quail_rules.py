@@ -182,3 +182,19 @@ def test_fused_calls_one_evaluation_per_document(rules, name):
 @pytest.mark.parametrize("rule, case, sql", RUNNABLE_CASES, ids=[f"{r}/{c}" for r, c, _ in RUNNABLE_CASES])
 def test_golden_runnable(rules, rule, case, sql):
     check(rules, rule, case, sql, runnable=True)
+
+
+def test_fused_calls_carry_the_cost_models_estimate_and_explain_prints_it(rules):
+    """The first call of a quail_eval computes the document, later ones only their question (its
+    KV is kept); the spec carries those numbers and explain prints them, not numbers of its own."""
+    from quail_spark.explain import explain_plan, plan_text
+
+    sql = FUSED["select"][0]
+    (kind, spec), = specs(rules, sql)
+    assert kind == "eval" and spec["doc"].endswith("body") and spec["tokens_source"] == "default"
+    first, *later = [c["seconds_per_row"] for c in spec["calls"]]
+    assert all(0 < s < first / 5 for s in later)  # a question is a small part of a 300-token document
+    assert spec["cost"]["seconds"] == pytest.approx(spec["rows"] * (first + sum(later)), rel=1e-4)
+    text = explain_plan(plan_text(rules.sql(sql)))
+    assert "== AI calls evaluated together" in text
+    assert f"{spec['cost']['fresh']:,.0f} fresh tokens" in text

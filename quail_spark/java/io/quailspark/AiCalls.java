@@ -132,6 +132,25 @@ final class AiCalls {
         return new Predicate(udf, t.toString(), cols, hints);
     }
 
+    /** The hints of any AI call (its foldable last argument when that is a map or struct), else empty. */
+    static Map<String, String> hintsOf(PythonUDF call) {
+        List<Expression> args = CollectionConverters.asJava(call.children());
+        if (args.isEmpty()) return new LinkedHashMap<>();
+        Expression last = args.get(args.size() - 1);
+        return isHint(last.dataType()) && last.foldable() ? hints(last) : new LinkedHashMap<>();
+    }
+
+    /** Tokens of the literal text of an AI call (template, labels), hints excluded: what it asks. */
+    static double askedTokens(PythonUDF call) {
+        StringBuilder text = new StringBuilder();
+        for (Expression a : CollectionConverters.asJava(call.children())) {
+            if (!a.foldable() || isHint(a.dataType())) continue;
+            Object v = a.eval(null);
+            if (v != null) text.append(v instanceof ArrayData ? a.sql() : v.toString());
+        }
+        return AiCost.textTokens(text.toString());
+    }
+
     /** The optional last argument of an AI call is a hint: map('selectivity', ...) or its named_struct. */
     static boolean isHint(DataType t) {
         return t instanceof MapType || t instanceof StructType;
@@ -181,7 +200,7 @@ final class AiCalls {
         return out;
     }
 
-    private static Double number(String v) {
+    static Double number(String v) {
         try {
             return v == null ? null : Double.valueOf(v);
         } catch (NumberFormatException ex) {

@@ -193,6 +193,7 @@ public class QuailFuseCalls extends AiRule {
             StringBuilder spec = new StringBuilder("{\"calls\": [");
             int[] perKind = new int[FIELDS.length];
             List<Expression> picks = new ArrayList<>();
+            Estimate est = new Estimate(group, below);
             for (int i = 0; i < group.size(); i++) {
                 PythonUDF call = group.get(i);
                 spec.append(i > 0 ? ", " : "").append("{\"fn\": ").append(AiCalls.json(call.name())).append(", \"args\": [");
@@ -201,10 +202,11 @@ public class QuailFuseCalls extends AiRule {
                     int at = indexOf(args, callArgs.get(k));
                     spec.append(k > 0 ? ", " : "").append(at);
                 }
-                spec.append("]}");
+                spec.append("], \"template\": ").append(AiCalls.json(template(call)))
+                    .append(", \"seconds_per_row\": ").append(AiCost.num(est.perRow[i])).append('}');
                 picks.add(Literal$.MODULE$.apply(perKind[field(call)]++));
             }
-            spec.append("]}");
+            spec.append("], ").append(est.json()).append('}');
             List<Expression> udfArgs = new ArrayList<>();
             udfArgs.add(AiCalls.literal(spec.toString()));
             udfArgs.addAll(args);
@@ -265,6 +267,57 @@ public class QuailFuseCalls extends AiRule {
             }
             return out;
         }
+    }
+
+    /**
+     * The cost model's estimate of one group (AiCost): every row asks every call; the document's
+     * KV is computed by the first call and kept, so each later call computes its question (and
+     * any other column it places), as a fused chain's later predicates do.
+     */
+    private static final class Estimate {
+        final Expression doc;
+        final AiCost.Tokens tokens;
+        final double rows;
+        final String rowsSource;
+        final double[] perRow;
+        AiCost.Cost cost = AiCost.ZERO;
+
+        Estimate(List<PythonUDF> group, LogicalPlan child) {
+            AiCost model = AiCost.session();
+            doc = columns(group.get(0)).get(0);
+            Double hinted = null;
+            for (PythonUDF c : group) if (hinted == null) hinted = AiCalls.number(AiCalls.hintsOf(c).get("tokens"));
+            tokens = AiCost.docTokens(doc, child, hinted);
+            Double known = AiCost.rows(child);
+            rows = known != null ? known : AiCost.DEFAULT_ROWS;
+            rowsSource = known != null ? "statistics" : "default";
+            perRow = new double[group.size()];
+            for (int i = 0; i < group.size(); i++) {
+                PythonUDF call = group.get(i);
+                List<Expression> cols = columns(call);
+                double ask = AiCalls.askedTokens(call);
+                for (int k = 1; k < cols.size(); k++) {
+                    ask += AiCost.docTokens(cols.get(k), child,
+                        AiCalls.number(AiCalls.hintsOf(call).get("tokens_" + k))).tokens;
+                }
+                AiCost.Cost one = model.filter(tokens.tokens, ask, i > 0);
+                perRow[i] = one.seconds;
+                cost = cost.plus(one.times(rows));
+            }
+        }
+
+        String json() {
+            return "\"doc\": " + AiCalls.json(doc.sql()) + ", \"doc_tokens\": " + AiCost.num(tokens.tokens)
+                + ", \"tokens_source\": \"" + tokens.source + "\", \"rows\": " + AiCost.num(rows)
+                + ", \"rows_source\": \"" + rowsSource + "\", \"cost\": " + cost.json();
+        }
+    }
+
+    /** A call's template (its literal first argument), or "" (ai_classify without one). */
+    private static String template(PythonUDF call) {
+        Expression first = call.children().apply(0);
+        Object v = first.foldable() && !AiCalls.isHint(first.dataType()) ? first.eval(null) : null;
+        return v instanceof org.apache.spark.unsafe.types.UTF8String ? v.toString() : "";
     }
 
     private static int indexOf(List<Expression> args, Expression e) {
