@@ -37,12 +37,12 @@ class ModelRunner:
         cu = [0]
         groups: list[Group] = []
         ctx_cache: dict[int, torch.Tensor] = {}
-        prev_ctx, g_seq, g_tok = object(), 0, 0
+        prev_ctx, prev_job, g_seq, g_tok = object(), None, 0, 0
         for s, job in enumerate(jobs):
             if job.ctx is None or job.ctx is not prev_ctx:
                 if s > 0:
-                    groups.append(self._group(prev_ctx, g_seq, s, g_tok, cu[-1], ctx_cache))
-                prev_ctx, g_seq, g_tok = job.ctx, s, cu[-1]
+                    groups.append(self._group(prev_job, g_seq, s, g_tok, cu[-1], ctx_cache))
+                prev_ctx, prev_job, g_seq, g_tok = job.ctx, job, s, cu[-1]
             base = cu[-1]
             for n, slots in zip(job.nodes, job.store):
                 ids.extend(n.tokens)
@@ -53,20 +53,42 @@ class ModelRunner:
                 logit_index.append(base + off)
                 requests.append(r)
             cu.append(base + n_tok)
-        groups.append(self._group(prev_ctx, g_seq, len(jobs), g_tok, cu[-1], ctx_cache))
+        groups.append(self._group(prev_job, g_seq, len(jobs), g_tok, cu[-1], ctx_cache))
         t = lambda x: self._to_device(torch.tensor(x, dtype=torch.long))  # noqa: E731
         meta = AttnMeta(cu_seqlens=cu, groups=groups, write_slots=t(write), logit_index=t(logit_index),
                         max_seqlen=max(b - a for a, b in zip(cu, cu[1:])))
         return t(ids), t(pos), meta, requests
 
-    def _group(self, ctx, seq_lo, seq_hi, tok_lo, tok_hi, cache) -> Group:
+    def _group(self, job, seq_lo, seq_hi, tok_lo, tok_hi, cache) -> Group:
+        ctx = job.ctx
         if ctx is None:
             return Group(None, seq_lo, seq_hi, tok_lo, tok_hi)
         key = id(ctx)
-        if key not in cache:
-            cache[key] = self._to_device(torch.tensor(ctx.context_slots(), dtype=torch.long))
         base = base_of(ctx)
+        if key not in cache:
+            cache[key] = self._to_device(self._context_slots(job, base, cache))
         return Group(cache[key], seq_lo, seq_hi, tok_lo, tok_hi, base_key=id(base), base_len=base.end)
+
+    @staticmethod
+    def _context_slots(job, base, cache) -> torch.Tensor:
+        """int64 slots of the job's context (host): its base's (an anchor's, converted once per pass for
+        all the groups below it) and then the nodes between. A context (partly) stored by this pass
+        names its slots in the job."""
+        ctx, full = job.ctx, job.ctx_slots
+        bkey = ("base", id(base))
+        if bkey not in cache:
+            cache[bkey] = torch.tensor(full[:base.end] if full is not None else base.context_slots(), dtype=torch.long)
+        if ctx is base:
+            return cache[bkey]
+        if full is not None:
+            extra = full[base.end:]
+        else:
+            below, n = [], ctx
+            while n is not base:
+                below.append(n)
+                n = n.parent
+            extra = [x for n in reversed(below) for x in n.slots]
+        return torch.cat([cache[bkey], torch.tensor(extra, dtype=torch.long)])
 
     def _to_device(self, x: torch.Tensor) -> torch.Tensor:
         if self.device.type == "cpu":

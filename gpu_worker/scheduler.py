@@ -16,6 +16,14 @@ pages: a single-use suffix never fills the pool.
 A pass reads the KV of its jobs' contexts; their distinct tokens (a shared
 base counted once, see `base_of`) stay within `ctx_budget`, so the gathers
 of the largest pass any call can plan fit in the memory set aside for them.
+
+A job's context may be computed by an earlier job of the same pass (an
+anchor and its partners, a partners' shared first word and the partners
+under it): every layer stores the whole pass's K and V before its attention
+reads any context, so such KV is in the pool when a later sequence of the
+pass reads it. Only nodes the pass stores because later requests need them
+serve so (`Job.ctx_slots` then names their slots); a node the pass computes
+without storing is not shared, its dependents wait for the next pass.
 """
 from __future__ import annotations
 
@@ -33,6 +41,7 @@ class Job:
     store: list[list[int] | None]  # slots per node, None where its KV is not kept
     outputs: list[tuple[int, int]] = field(default_factory=list)  # (token offset, request)
     optional: set[int] = field(default_factory=set)  # indices of nodes stored with no pending user
+    ctx_slots: list[int] | None = None  # slots of the context's tokens, when part of it is stored in this pass
 
     @property
     def start(self) -> int:
@@ -98,6 +107,8 @@ class Scheduler:
         jobs: list[Job] = []
         room = self.budget
         self._ctx_ids, self._base_ids, self._ctx_tokens, self._stop = set(), set(), 0, False
+        self._planned: dict[int, list[int]] = {}  # id(node) -> slots it is stored in by a job of this pass
+        self._ctx_slots: dict[int, list[int]] = {}  # id(ctx) -> its context's slots, for contexts stored in it
         i = self.cursor
         while i < len(self.order) and room >= MIN_CHUNK:
             r = self.order[i]
@@ -117,9 +128,12 @@ class Scheduler:
 
     def _job_for(self, end: Node, room: int, first: bool) -> Job | None:
         path = end.path()
+        planned = self._planned
         k = 0
-        while k < len(path) and path[k].slots is not None:
+        while k < len(path) and (path[k].slots is not None or id(path[k]) in planned):
             k += 1
+        if k == len(path) and id(end) in planned:
+            return None  # computed by a job of this pass that does not serve it (cannot happen: it would)
         if k == len(path):  # fully resident: recompute the last token for its logits
             if len(end.tokens) > 1:
                 self.tree.split(end, len(end.tokens) - 1)
@@ -127,8 +141,8 @@ class Scheduler:
             k = len(path) - 1
         todo = path[k:]
         ctx = path[k - 1] if k > 0 else None
-        if any(n.inflight == self.pass_id for n in todo) or (ctx is not None and ctx.inflight == self.pass_id):
-            return None  # depends on KV this pass is computing
+        if any(n.inflight == self.pass_id for n in todo):
+            return None  # computed by another job of this pass without being stored for others
         if ctx is not None and not self._ctx_fits(ctx, first):
             self._stop = True
             return None
@@ -165,6 +179,13 @@ class Scheduler:
                 return None
         if ctx is not None:
             self.tree.mark_read(ctx)
+            job.ctx_slots = self._ctx_slots.get(id(ctx))
+            if job.ctx_slots is None and any(id(n) in planned for n in ctx.path()):
+                job.ctx_slots = self._ctx_slots[id(ctx)] = [
+                    x for n in ctx.path() for x in (n.slots if n.slots is not None else planned[id(n)])]
+        for idx, (n, slots) in enumerate(zip(job.nodes, job.store)):
+            if slots is not None and n.slots is None and idx not in job.optional:
+                planned[id(n)] = slots  # needed later: a later job of this pass may read it
         for n in job.nodes:
             n.inflight = self.pass_id
             if n.op == self.tree.op:
@@ -250,12 +271,14 @@ class Scheduler:
         return True
 
     def finish(self, jobs: list[Job]):
-        """After the pass ran: stored nodes become resident; served requests unpin."""
+        """After the pass ran: stored nodes become resident; served requests unpin (after every job's
+        nodes are resident: a job may have read a context another job of the pass stored)."""
         tree = self.tree
         for job in jobs:
             for idx, (n, slots) in enumerate(zip(job.nodes, job.store)):
                 if slots is not None and n.slots is None:
                     tree.set_slots(n, slots, optional=idx in job.optional)
+        for job in jobs:
             tree.touch(job.nodes[-1])  # the job's nodes are all on this path
             for _, r in job.outputs:
                 end = self.ends[r]

@@ -102,3 +102,28 @@ def test_agent_trace_rows_reuse_across_calls(eng):
     eng.filter(rows[2:], [q])
     second = eng.stats["fresh_tokens"] - first
     assert second < len(eng.render_filter(rows[2], q)) // 2
+
+
+SKIN = ["skin rash", "skin pain", "skin itching and swelling", "joint pain", "joint swelling", "headache"]
+
+
+@pytest.mark.parametrize("budget", [4096, 96])
+def test_a_join_shares_passes_with_the_contexts_it_reads(budget):
+    """An anchor and its partners, and partners under their shared first word, run in the same pass
+    (every layer stores the pass's K/V before attention reads a context): with a budget that holds
+    the whole join, one pass; margins equal those of the same prompts computed one by one."""
+    anchors = ["Report: the patient developed a skin rash and joint pain after the second dose.",
+               "Report: a headache and joint swelling followed the first injection."]
+    q = "Does DOCUMENT 1 mention DOCUMENT 2?"
+    eng = Engine(EngineConfig(model="tiny-qwen3-random", token_budget=budget, seed=3))
+    got = eng.join(anchors, SKIN, q)
+    alone = Engine(EngineConfig(model="tiny-qwen3-random", prefix_cache=False, token_budget=4096, seed=3))
+    want = np.array([[alone.pairs([a], [p], q)[0] for p in SKIN] for a in anchors])
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-4)
+    assert eng.stats["kv_regret_tokens"] == 0
+    head, mid, post = eng.renderer.join_parts(q)
+    fresh = eng.stats["fresh_tokens"]
+    if budget == 4096:
+        assert eng.stats["forward_passes"] == 1  # before: anchors, then first words, then the rest
+    else:  # every pass but the last is full: nothing waits for a context computed in the same pass
+        assert eng.stats["forward_passes"] == -(-fresh // budget)
