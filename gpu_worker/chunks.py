@@ -6,7 +6,10 @@ from typing import Callable
 
 import numpy as np
 
-CHUNK_TOKENS_PER_BUDGET = (2, 16)  # documents run in chunks of ~2 passes' tokens, then ~16 (tokenized a chunk ahead)
+# documents run in chunks of ~2 passes' tokens, then ~4 (tokenized a chunk ahead): a chunk's preparation
+# (a join's 1,127 partner requests per anchor inserted: ~30 ms per anchor on one core) must fit under the
+# passes still running (passes.IN_FLIGHT), or the device idles at every chunk boundary
+CHUNK_TOKENS_PER_BUDGET = (2, 4)
 CHARS_PER_TOKEN = 4  # to size a chunk before it is tokenized
 
 

@@ -138,7 +138,7 @@ class Engine:
                     if ids is not None:
                         reqs.append(self.fitter.fit(d_i, head, ids, tail))
                         where.append((d_i, q_i))
-            done.append((where, self._run(reqs, defer=True)))  # its last pass runs on into the next chunk
+            done.append((where, self._run(reqs, defer=True)))  # its last passes run on into the next chunk
         self._collect(out, done)
         self._stage("filter", questions, out)
         return out
@@ -207,7 +207,7 @@ class Engine:
         for lo, a_toks in self.chunks(anchors, extra):  # anchors tokenized a chunk ahead
             self.tree.op += 1
             reqs, where = self.fitter.join_requests(a_toks, p_toks, question, row0=lo)
-            done.append((where, self._run(reqs, defer=True)))  # its last pass runs on into the next chunk
+            done.append((where, self._run(reqs, defer=True)))  # its last passes run on into the next chunk
         self._collect(out, done)
         self._stage("join", [question], out.reshape(-1, 1))
         return out
@@ -323,7 +323,7 @@ class Engine:
         """Read the passes still running, then write each request's margin at its index of `out`.
 
         done: (indices into out, logits array `_run` returned) per `_run` call."""
-        self.stats["wall_s"] += self.passes.drain()  # the last chunk's last pass
+        self.stats["wall_s"] += self.passes.drain()  # the last chunk's last passes
         for where, logits in done:
             if where:  # (row, column) per request: one fancy-indexed write, not one per pair
                 rows, cols = np.asarray(where, dtype=np.int64).T

@@ -1,4 +1,4 @@
-"""One call's requests as forward passes: tree inserts, the scheduler's passes launched one ahead, logits read."""
+"""One call's requests as forward passes: tree inserts, the scheduler's passes launched ahead of the device, logits read."""
 from __future__ import annotations
 
 import gc
@@ -15,6 +15,10 @@ from .scheduler import Scheduler
 
 log = logging.getLogger("gpu_worker")
 
+# passes launched and not yet read: the host plans up to this many passes ahead of the device, so the
+# preparation of an operation's next chunk (its requests inserted, its first pass planned) overlaps
+# with this many passes of the device's work. Stream order keeps reused KV slots safe.
+IN_FLIGHT = 2
 TREE_COUNTERS = {"kv_kept_tokens": "kept_tokens", "kv_kept_unread_tokens": "kept_unread_tokens",
                  "evict_visited": "evict_visited", "evicted_nodes": "evicted_nodes"}
 
@@ -71,9 +75,9 @@ class Passes:
     def run(self, reqs: list[tuple[list[int], list[int]]], defer: bool = False) -> np.ndarray:
         """Answer-row logits [n_requests, n_head] for (prefix, suffix) requests.
 
-        defer: return with the last pass still running; its rows are filled by
-        the next `run` (which launches its own first pass before it waits) or
-        by `drain`. Consecutive chunks of one operation so keep the device busy
+        defer: return with the last passes (up to IN_FLIGHT) still running; their
+        rows are filled by the next `run` (which launches its own first pass
+        before it waits) or by `drain`. Consecutive chunks of one operation so keep the device busy
         while the host prepares the next chunk.
         """
         t0 = time.time()
@@ -121,7 +125,7 @@ class Passes:
                 in_flight.append((self.runner.run(jobs), out))
                 sched.finish(jobs)  # bookkeeping only: the next pass is planned while this one runs
                 passes += 1
-                if len(in_flight) > 1:
+                if len(in_flight) > IN_FLIGHT:
                     self.read(*in_flight.popleft())
                 if time.time() - last_log > 10:
                     last_log = time.time()
