@@ -84,6 +84,18 @@ def attend_fast(q, k, v, causal: bool):
     return o, lse.float()
 
 
+def attend_prefixed(q, k, v, C: int):
+    """Causal attention of L query rows over C prefix keys (all visible) + their own L keys, no LSE.
+
+    q: [S, n_q, L, d]; k, v: [S, n_kv, C + L, d] -> out [S, n_q, L, d]. Row i sees keys j <= C + i
+    (right padding is harmless: padded rows are dropped by the caller). One fused SDPA call with
+    grouped-query heads native (no repeated K/V, no query rows for the prefix).
+    """
+    L = q.shape[2]
+    ok = torch.arange(C + L, device=q.device)[None, :] <= torch.arange(L, device=q.device)[:, None] + C
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=ok, enable_gqa=q.shape[1] != k.shape[1])
+
+
 def merge(o_a, lse_a, o_b, lse_b):
     """Merge two partial attention results by log-sum-exp. o: [..., d], lse: [...]."""
     m = torch.maximum(lse_a, lse_b)
@@ -117,9 +129,8 @@ def split_attention_torch(q, k, v, k_cache, v_cache, meta: AttnMeta, merge_fn=me
         if 0 < C <= fold_ctx:
             kc = k_cache.index_select(0, g.ctx_slots).transpose(0, 1)[None].expand(len(lens), -1, -1, -1)
             vc = v_cache.index_select(0, g.ctx_slots).transpose(0, 1)[None].expand(len(lens), -1, -1, -1)
-            qz = qs.new_zeros(qs.shape[0], qs.shape[1], C, qs.shape[3])
-            o, _ = attend_fast(torch.cat([qz, qs], 2), torch.cat([kc, ks], 2), torch.cat([vc, vs], 2), causal=True)
-            out[g.tok_lo:g.tok_hi] = _unpad(o[:, :, C:], lens)
+            o = attend_prefixed(qs, torch.cat([kc, ks], 2), torch.cat([vc, vs], 2), C)
+            out[g.tok_lo:g.tok_hi] = _unpad(o, lens)
             continue
         o_self, lse_self = attend_fast(qs, ks, vs, causal=True)
         o_self, lse_self = _unpad(o_self, lens), _unpad(lse_self.unsqueeze(-1), lens).squeeze(-1)

@@ -30,6 +30,8 @@ def quantize_weight(w: torch.Tensor):
 def fp8_linear(xq, wq, out_dtype: torch.dtype) -> torch.Tensor:
     """Quantized rows (q, scale) times a quantized weight (q, scale [1, N]), transposed: [T, N]."""
     (q, s), (w8, ws) = xq, wq
+    if q.shape[0] == 0:  # a pass with no answer rows: the last layer's output projections are empty
+        return q.new_zeros((0, w8.shape[0]), dtype=out_dtype)
     if q.device.type == "cpu":  # the same products in float32 (CPU _scaled_mm takes one scale per tensor only)
         return ((q.float() * s) @ (w8.float() * ws.t()).t()).to(out_dtype)
     return torch._scaled_mm(q, w8.t(), scale_a=s, scale_b=ws, out_dtype=out_dtype)

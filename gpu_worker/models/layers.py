@@ -51,8 +51,10 @@ class Attention(nn.Module):
         self.qkv_weight = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight]).contiguous()
         del self.q_proj, self.k_proj, self.v_proj
 
-    def forward(self, x, positions, rope, meta, kv, layer: int, ops, fp8: bool = False):
-        """x: [T, hidden], or its quantized rows (q, scale) when fp8."""
+    def forward(self, x, positions, rope, meta, kv, layer: int, ops, fp8: bool = False, rows=None):
+        """x: [T, hidden], or its quantized rows (q, scale) when fp8. rows: int64 [n] packed rows whose
+        output is wanted (the last layer's answer positions: every row's K and V are still stored,
+        only these rows go through the output projection), or None for all."""
         T = x[0].shape[0] if fp8 else x.shape[0]
         dtype = self.o_proj.weight.dtype
         qkv = project(x, self.qkv_weight, self.qkv_fp8 if fp8 else None, dtype)  # [T, (n_q + 2 n_kv) * d]
@@ -67,6 +69,8 @@ class Attention(nn.Module):
         q, k = ops.qk_norm_rope(q, k, v, positions, rope[0], rope[1], qn, kn, self.eps,
                                 k_cache, v_cache, meta.write_slots)
         o = ops.attention(q, k, v, k_cache, v_cache, meta).reshape(T, self.n_q * hd)  # [T, n_q * d]
+        if rows is not None:
+            o = o.index_select(0, rows)  # [n, n_q * d]
         if fp8:
             return project(ops.quant_rows(o), None, self.o_fp8, dtype)
         return o @ self.o_proj.weight.t()
@@ -160,8 +164,15 @@ class DecoderLM(nn.Module):
         layers = self.model.layers
         q8 = self.fp8
         x, residual = ops.rmsnorm(h, layers[0].input_layernorm.weight, self.cfg.rms_eps, quant=q8), h
+        out_rows = meta.logit_index
         for i, layer in enumerate(layers):
-            a = layer.self_attn(x, positions, self.rope, meta, kv, i, ops, q8)
+            last_layer = i + 1 == len(layers)
+            # the last layer's output matters at the answer positions only: its K and V are stored for
+            # every row, the output projection, residual and MLP run on those rows (no later layer reads
+            # the others)
+            a = layer.self_attn(x, positions, self.rope, meta, kv, i, ops, q8, rows=out_rows if last_layer else None)
+            if last_layer:
+                residual = residual.index_select(0, out_rows)  # [n_out, hidden]
             x, residual = ops.add_rmsnorm(a, residual, layer.post_attention_layernorm.weight, layer.eps, quant=q8)
             m = layer.mlp(x, ops, q8)
             nxt = layers[i + 1].input_layernorm.weight if i + 1 < len(layers) else None
@@ -169,8 +180,7 @@ class DecoderLM(nn.Module):
                 x, residual = ops.add_rmsnorm(m, residual, nxt, layer.eps, quant=q8)
             else:
                 residual = m + residual
-        last = residual.index_select(0, meta.logit_index)  # [n_out, hidden]
-        last = ops.rmsnorm(last, self.model.norm.weight, self.cfg.rms_eps)
+        last = ops.rmsnorm(residual, self.model.norm.weight, self.cfg.rms_eps)  # [n_out, hidden]
         return (last @ self.head_rows.t()).float()
 
 
