@@ -88,9 +88,18 @@ def breakdown(prof, wall: float) -> dict:
             "idle_over_1ms": {"count": len(idle), "s": sum(g for _, g in idle) / 1e3, "at_ms_len_ms": idle[:60]}}
 
 
+def _alloc(dev) -> dict:
+    """The caching allocator's retries (a failed cudaMalloc that frees the cache and syncs) and device mallocs."""
+    if dev.type != "cuda":
+        return {}
+    st = torch.cuda.memory_stats(dev)
+    return {k: int(st.get(k, 0)) for k in ("num_alloc_retries", "num_device_alloc", "num_sync_all_streams")}
+
+
 def run(eng, dev, fn, trace: bool):
     eng.reset_stats()
     sync(dev)
+    a0 = _alloc(dev)
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
     with profile(activities=acts) if trace else _null() as prof:
         t0 = time.perf_counter()
@@ -99,7 +108,8 @@ def run(eng, dev, fn, trace: bool):
         wall = time.perf_counter() - t0
     st = {"wall_s": wall, "requested_tok_s": eng.stats["requested_tokens"] / wall,
           "passes": eng.stats["forward_passes"], "fresh_tokens": eng.stats["fresh_tokens"],
-          "requested_tokens": eng.stats["requested_tokens"]}
+          "requested_tokens": eng.stats["requested_tokens"],
+          "allocator": {k: v - a0[k] for k, v in _alloc(dev).items()}}
     if trace:
         st["profile"] = breakdown(prof, wall)
     return st
@@ -152,14 +162,17 @@ def main(argv=None):
                            w.partners(1127 if not args.smoke else 30)))):
         if key not in args.workloads.split(","):
             continue
-        plain = make()
+        plain, again_in = make(), make()
         untraced = run(eng, dev, lambda: eng.join(*plain, wl.JOIN_QUESTION), trace=False)
+        again = run(eng, dev, lambda: eng.join(*again_in, wl.JOIN_QUESTION), trace=False)  # fresh anchors again
         traced_in = make()  # fresh anchors: nothing cached
         traced = run(eng, dev, lambda: eng.join(*traced_in, wl.JOIN_QUESTION), trace=True)
-        res[name] = {"untraced": untraced, "traced": traced}
+        res[name] = {"untraced": untraced, "untraced_again": again, "traced": traced}
         p = traced["profile"]
-        log.info("%s: untraced %.2f s (%.0f tok/s); traced %.2f s, GPU busy %.2f s, host gaps %.1f%%; %s", name,
-                 untraced["wall_s"], untraced["requested_tok_s"], p["wall_s"], p["gpu_busy_s"],
+        log.info("%s: untraced %.2f s (%.0f tok/s), again %.2f s (%.0f tok/s), allocator %s / %s; traced %.2f s, "
+                 "GPU busy %.2f s, host gaps %.1f%%; %s", name, untraced["wall_s"], untraced["requested_tok_s"],
+                 again["wall_s"], again["requested_tok_s"], untraced["allocator"], again["allocator"],
+                 p["wall_s"], p["gpu_busy_s"],
                  100 * p["host_gap_share"], ", ".join(f"{k} {100 * v:.1f}%" for k, v in p["family_share"].items()))
         (Path(args.out) / args.name).write_text(json.dumps(res, indent=1, default=float))
 

@@ -26,6 +26,7 @@ class Group:
     tok_hi: int
     base_key: int = 0  # groups with one base_key share their first base_len context slots (an anchor)
     base_len: int = 0
+    ctx_key: int = 0  # groups with one ctx_key read the same context (one slot tensor)
 
 
 @dataclass

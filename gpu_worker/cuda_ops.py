@@ -23,7 +23,7 @@ host-to-device copy; the attention itself never syncs the host.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -121,23 +121,33 @@ def build_plan(meta: AttnMeta, device, n_rep: int, self_attn: str = "auto", fold
         long = lens > short_max
     arrays: dict[str, np.ndarray] = {"cu": cu}
     fold_rows = np.zeros((2, n_seq), dtype=np.int64)
-    fold_groups, split_groups = [], []
+    fold_pieces, fold_off, split_groups = [], 0, []
     for g in meta.groups:
         c = 0 if g.ctx_slots is None else g.ctx_slots.numel()
         if c == 0:
             continue
         n = g.seq_hi - g.seq_lo
-        if fold and not long[g.seq_lo:g.seq_hi].any() and (c <= FOLD_CTX or (n == 1 and c <= FOLD_CTX_SOLO)):
-            fold_rows[0, g.seq_lo:g.seq_hi] = sum(x.ctx_slots.numel() for x in fold_groups)
-            fold_rows[1, g.seq_lo:g.seq_hi] = c
-            fold_groups.append(g)
+        short = fold and not long[g.seq_lo:g.seq_hi].any()
+        if short and (c <= FOLD_CTX or (n == 1 and c <= FOLD_CTX_SOLO)):
+            piece = g.ctx_slots
+        elif short and g.base_key and 0 < g.base_len < c and c - g.base_len <= FOLD_CTX:
+            # the base (an anchor) is split, shared by every group below it; the few words between it and
+            # this group's context (partners' shared first word) are folded into the self kernel, which
+            # saves a second context call over all these rows
+            piece = g.ctx_slots[g.base_len:]
+            split_groups.append(replace(g, ctx_slots=g.ctx_slots[:g.base_len]))
         else:
             split_groups.append(g)
+            continue
+        fold_rows[0, g.seq_lo:g.seq_hi] = fold_off
+        fold_rows[1, g.seq_lo:g.seq_hi] = piece.numel()
+        fold_off += piece.numel()
+        fold_pieces.append(piece)
     short_max = int(lens[~long].max()) if (~long).any() else 0
     tri_bt = _block_t(n_rep)
     if (~long).any():
         arrays["items"] = query_blocks(lens, tri_bt, longest_first=True, keep=~long).ravel()
-        if fold_groups:
+        if fold_pieces:
             arrays["fold"] = fold_rows.ravel()
     long_bt = 0
     if long.any():
@@ -189,7 +199,7 @@ def build_plan(meta: AttnMeta, device, n_rep: int, self_attn: str = "auto", fold
     if ctx_block_m and split_groups:
         ctx_slots = torch.cat(ctx_keys) if len(ctx_keys) > 1 else ctx_keys[0]
     return AttnPlan(tri, long_part, d.get("long_rows"), i32("fold").view(2, -1) if "fold" in d else None,
-                    _cat_slots(fold_groups), ctx_part, ctx_lo, d.get("ctx_rows"), ctx_slots,
+                    _cat(fold_pieces), ctx_part, ctx_lo, d.get("ctx_rows"), ctx_slots,
                     i32("ctx_seg").view(4, -1) if "ctx_seg" in d else None,
                     i32("long_seg").view(4, -1) if "long_seg" in d else None,
                     i32("long_items").view(2, -1) if "long_items" in d else None, long_bt,
@@ -246,9 +256,13 @@ def _to_device(arrays: dict, device, on_gpu: bool) -> dict:
 
 
 def _cat_slots(groups):
-    if not groups:
+    return _cat([g.ctx_slots for g in groups])
+
+
+def _cat(pieces):
+    if not pieces:
         return None
-    return torch.cat([g.ctx_slots for g in groups]) if len(groups) > 1 else groups[0].ctx_slots
+    return torch.cat(pieces) if len(pieces) > 1 else pieces[0]
 
 
 _FLASH_GQA = [True]  # cleared if this torch's flash attention refuses fewer KV heads

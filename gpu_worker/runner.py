@@ -54,10 +54,16 @@ class ModelRunner:
                 requests.append(r)
             cu.append(base + n_tok)
         groups.append(self._group(prev_job, g_seq, len(jobs), g_tok, cu[-1], ctx_cache))
-        t = lambda x: self._to_device(torch.tensor(x, dtype=torch.long))  # noqa: E731
-        meta = AttnMeta(cu_seqlens=cu, groups=groups, write_slots=t(write), logit_index=t(logit_index),
+        host = [torch.tensor(x, dtype=torch.long) for x in (ids, pos, write, logit_index)]
+        ctx_keys = [k for k in ctx_cache if not isinstance(k, tuple)]  # one slot tensor per distinct context
+        ids_d, pos_d, write_d, logit_d, *ctx_d = self._to_device_all(host + [ctx_cache[k] for k in ctx_keys])
+        on_device = dict(zip(ctx_keys, ctx_d))
+        for g in groups:
+            if g.ctx_slots is not None:
+                g.ctx_slots = on_device[g.ctx_key]
+        meta = AttnMeta(cu_seqlens=cu, groups=groups, write_slots=write_d, logit_index=logit_d,
                         max_seqlen=max(b - a for a, b in zip(cu, cu[1:])))
-        return t(ids), t(pos), meta, requests
+        return ids_d, pos_d, meta, requests
 
     def _group(self, job, seq_lo, seq_hi, tok_lo, tok_hi, cache) -> Group:
         ctx = job.ctx
@@ -66,8 +72,8 @@ class ModelRunner:
         key = id(ctx)
         base = base_of(ctx)
         if key not in cache:
-            cache[key] = self._to_device(self._context_slots(job, base, cache))
-        return Group(cache[key], seq_lo, seq_hi, tok_lo, tok_hi, base_key=id(base), base_len=base.end)
+            cache[key] = self._context_slots(job, base, cache)  # host; moved with the pass's other indices
+        return Group(cache[key], seq_lo, seq_hi, tok_lo, tok_hi, base_key=id(base), base_len=base.end, ctx_key=key)
 
     @staticmethod
     def _context_slots(job, base, cache) -> torch.Tensor:
@@ -90,10 +96,12 @@ class ModelRunner:
             extra = [x for n in reversed(below) for x in n.slots]
         return torch.cat([cache[bkey], torch.tensor(extra, dtype=torch.long)])
 
-    def _to_device(self, x: torch.Tensor) -> torch.Tensor:
+    def _to_device_all(self, xs: list[torch.Tensor]) -> list[torch.Tensor]:
+        """int64 host tensors on the device: one pinned buffer and one copy for the whole pass."""
         if self.device.type == "cpu":
-            return x
-        return x.pin_memory().to(self.device, non_blocking=True)
+            return xs
+        flat = torch.cat(xs).pin_memory().to(self.device, non_blocking=True)
+        return list(flat.split([x.numel() for x in xs]))
 
     def run(self, jobs: list[Job]) -> "Launched":
         """Launch one pass; its answer-row logits come back through `Launched.wait`.

@@ -121,6 +121,45 @@ def test_build_plan_reads_a_shared_base_once():
     assert plan.ctx_slots.tolist() == list(range(100, 140)) + list(range(200, 230)) + [7, 8, 9]
 
 
+def _long_base_meta(device="cpu"):
+    """A join pass under an anchor too long to fold, even for one sequence (1,100 slots): 2 partners right
+    under it, 2 below a word they share (2 slots), 1 below another (1 slot); then a group with a short
+    context of its own."""
+    a, b = list(range(0, 1100)), list(range(1100, 1130))
+    meta = make_meta([3, 2, 4, 3, 5, 6], [(2, a), (2, a + [1130, 1131]), (1, a + [1132]), (1, b)], device)
+    for grp, key in zip(meta.groups, (1, 1, 1, 2)):
+        grp.base_key, grp.base_len = key, 1100 if key == 1 else 30
+    return meta
+
+
+def test_build_plan_folds_the_words_below_a_long_base():
+    """The anchor is read once by the segment kernel over all its partners' rows; the shared words below
+    it are read inside the self kernel (no second context call over those rows)."""
+    plan = build_plan(_long_base_meta(), "cpu", n_rep=4, fold=True, ctx_block_m=64)
+    assert plan.ctx_seg.tolist() == [[0], [17], [0], [1100]]
+    assert plan.ctx_seg2 is None
+    assert plan.ctx_slots.tolist() == list(range(1100))
+    assert plan.fold.tolist() == [[0, 0, 0, 0, 2, 3], [0, 0, 2, 2, 1, 30]]
+    assert plan.fold_slots.tolist() == [1130, 1131, 1132] + list(range(1100, 1130))
+
+
+@needs_triton
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_long_base_with_folded_words_matches_torch(dtype):
+    n_q, n_kv, d = 4, 2, 32
+    meta = _long_base_meta(DEVICE)
+    g = torch.Generator().manual_seed(5)
+    T = meta.cu_seqlens[-1]
+    q, k, v = (torch.randn(T, h, d, generator=g).to(DEVICE, dtype) for h in (n_q, n_kv, n_kv))
+    kc, vc = (torch.randn(1200, n_kv, d, generator=g).to(DEVICE, dtype) for _ in range(2))
+    ops = CudaOps(use_triton=True, self_attn="triton", ctx_attn="fused", fold=True)
+    ops.prepare_meta(meta, torch.device(DEVICE))
+    out = ops.attention(q, k, v, kc, vc, meta)
+    ref = split_attention_torch(q.double(), k.double(), v.double(), kc.double(), vc.double(), meta)
+    tol = (2e-2 if CUDA else 1e-4) if dtype == torch.float32 else 3e-2
+    torch.testing.assert_close(out.double(), ref, atol=tol, rtol=tol)
+
+
 @needs_triton
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_shared_base_attention_matches_torch(dtype):
