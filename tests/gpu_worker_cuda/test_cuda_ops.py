@@ -143,38 +143,30 @@ def test_build_plan_folds_the_words_below_a_long_base():
     assert plan.fold_slots.tolist() == [1130, 1131, 1132] + list(range(1100, 1130))
 
 
-@needs_triton
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_long_base_with_folded_words_matches_torch(dtype):
+def _fused_attention_matches_torch(meta, dtype, fold: bool, cache_slots: int, seed: int):
     n_q, n_kv, d = 4, 2, 32
-    meta = _long_base_meta(DEVICE)
-    g = torch.Generator().manual_seed(5)
+    g = torch.Generator().manual_seed(seed)
     T = meta.cu_seqlens[-1]
     q, k, v = (torch.randn(T, h, d, generator=g).to(DEVICE, dtype) for h in (n_q, n_kv, n_kv))
-    kc, vc = (torch.randn(1200, n_kv, d, generator=g).to(DEVICE, dtype) for _ in range(2))
-    ops = CudaOps(use_triton=True, self_attn="triton", ctx_attn="fused", fold=True)
+    kc, vc = (torch.randn(cache_slots, n_kv, d, generator=g).to(DEVICE, dtype) for _ in range(2))
+    ops = CudaOps(use_triton=True, self_attn="triton", ctx_attn="fused", fold=fold)
     ops.prepare_meta(meta, torch.device(DEVICE))
     out = ops.attention(q, k, v, kc, vc, meta)
     ref = split_attention_torch(q.double(), k.double(), v.double(), kc.double(), vc.double(), meta)
     tol = (2e-2 if CUDA else 1e-4) if dtype == torch.float32 else 3e-2
     torch.testing.assert_close(out.double(), ref, atol=tol, rtol=tol)
+
+
+@needs_triton
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_long_base_with_folded_words_matches_torch(dtype):
+    _fused_attention_matches_torch(_long_base_meta(DEVICE), dtype, fold=True, cache_slots=1200, seed=5)
 
 
 @needs_triton
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_shared_base_attention_matches_torch(dtype):
-    n_q, n_kv, d = 4, 2, 32
-    meta = _shared_base_meta(DEVICE)
-    g = torch.Generator().manual_seed(3)
-    T = meta.cu_seqlens[-1]
-    q, k, v = (torch.randn(T, h, d, generator=g).to(DEVICE, dtype) for h in (n_q, n_kv, n_kv))
-    kc, vc = (torch.randn(256, n_kv, d, generator=g).to(DEVICE, dtype) for _ in range(2))
-    ops = CudaOps(use_triton=True, self_attn="triton", ctx_attn="fused", fold=False)
-    ops.prepare_meta(meta, torch.device(DEVICE))
-    out = ops.attention(q, k, v, kc, vc, meta)
-    ref = split_attention_torch(q.double(), k.double(), v.double(), kc.double(), vc.double(), meta)
-    tol = (2e-2 if CUDA else 1e-4) if dtype == torch.float32 else 3e-2
-    torch.testing.assert_close(out.double(), ref, atol=tol, rtol=tol)
+    _fused_attention_matches_torch(_shared_base_meta(DEVICE), dtype, fold=False, cache_slots=256, seed=3)
 
 
 CASES = [  # (sequence lengths, groups) ; context slots index a 256-slot cache
