@@ -1,4 +1,4 @@
-"""Where a pass's time goes: JOIN 8 x 1,000 and BIO-2 (scaled: --bio2-anchors of its 500 anchors) through the
+"""Where a pass's time goes: FILTER 2,048 x 300 words, JOIN 8 x 1,000 and BIO-2 (scaled: --bio2-anchors of its 500 anchors) through the
 public API (Engine.join on text) under torch.profiler, at default settings (but --quantize).
 
 Per workload: wall seconds, GPU busy seconds (the union of kernel intervals), host gaps (wall minus busy:
@@ -132,7 +132,7 @@ def main(argv=None):
     ap.add_argument("--quantize", default=None, choices=[None, "fp8"])
     ap.add_argument("--bio2-anchors", type=int, default=40, help="BIO-2's anchors profiled (of 500)")
     ap.add_argument("--token-budget", type=int, default=None, help="EngineConfig.token_budget (default: the engine's)")
-    ap.add_argument("--workloads", default="JOIN,BIO2")
+    ap.add_argument("--workloads", default="FILTER,JOIN,BIO2")
     ap.add_argument("--commit", default="unknown")
     ap.add_argument("--name", default="profile.json")
     ap.add_argument("--out", default="benchmarks/results")
@@ -155,6 +155,16 @@ def main(argv=None):
            "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
            "bio2_anchors": args.bio2_anchors, "kv_slots": eng.rt.kv_slots, "token_budget": eng.rt.token_budget}
     partners = w.partners(n_p)
+    n_f, f_words = (24, 40) if args.smoke else (2048, 300)
+    if "FILTER" in args.workloads.split(","):  # FILTER 2,048 x 300 words: the GEMM-bound workload
+        for label, trace in (("untraced", False), ("untraced_again", False), ("traced", True)):
+            docs = w.texts(n_f, f_words)  # fresh documents each run: nothing cached
+            res.setdefault("FILTER 2048x300", {})[label] = run(eng, dev, lambda: eng.filter(docs, [wl.QUESTION]), trace)
+        p = res["FILTER 2048x300"]["traced"]["profile"]
+        log.info("FILTER: untraced %.2f s, again %.2f s; traced %.2f s, GPU busy %.2f s, host gaps %.1f%%; %s",
+                 res["FILTER 2048x300"]["untraced"]["wall_s"], res["FILTER 2048x300"]["untraced_again"]["wall_s"],
+                 p["wall_s"], p["gpu_busy_s"], 100 * p["host_gap_share"],
+                 ", ".join(f"{k} {100 * v:.1f}%" for k, v in p["family_share"].items()))
     for key, name, make in (("JOIN", "JOIN 8x1000", lambda: (w.texts(n_join, words), partners)),
                             ("BIO2", f"BIO-2 {args.bio2_anchors} anchors x 1127", lambda: (
                            w.texts(args.bio2_anchors if not args.smoke else 3,

@@ -6,10 +6,11 @@ from typing import Callable
 
 import numpy as np
 
-# documents run in chunks of ~2 passes' tokens, then ~4 (tokenized a chunk ahead): a chunk's preparation
-# (a join's 1,127 partner requests per anchor inserted: ~30 ms per anchor on one core) must fit under the
-# passes still running (passes.IN_FLIGHT), or the device idles at every chunk boundary
-CHUNK_TOKENS_PER_BUDGET = (2, 4)
+CHUNK_TOKENS_PER_BUDGET = (2, 16)  # documents run in chunks of ~2 passes' tokens, then ~16 (tokenized a chunk ahead)
+# ... and of at most this many requests: a chunk's preparation (its requests built and inserted, ~30 us each
+# on one core: ~30 ms per join anchor of 1,127 partners) must fit under the passes still running
+# (passes.IN_FLIGHT), or the device idles at every chunk boundary
+MAX_CHUNK_REQUESTS = 8192
 CHARS_PER_TOKEN = 4  # to size a chunk before it is tokenized
 
 
@@ -25,21 +26,23 @@ class DocumentChunks:
         self.token_budget = token_budget
         self._thread: ThreadPoolExecutor | None = None
 
-    def __call__(self, docs: list[str | None], extra: int | None = None):
+    def __call__(self, docs: list[str | None], extra: int | None = None, requests_per_doc: int = 1):
         """(first row, ids) of consecutive chunks (sizes: CHUNK_TOKENS_PER_BUDGET);
         chunk i+1 is tokenized on the helper thread while the caller runs chunk i.
 
         extra: fresh tokens each document adds beyond its ids (a filter's tails, a join anchor's
         partners); when given, they count towards a chunk's size, and a chunk ends where its fresh
         tokens fill whole passes and the rows after move to the next chunk, so a chunk boundary
-        does not leave a nearly empty pass.
+        does not leave a nearly empty pass. requests_per_doc: requests each document makes (a
+        join anchor's partners); a chunk holds at most MAX_CHUNK_REQUESTS of them.
         """
         first, rest = (k * self.token_budget * CHARS_PER_TOKEN for k in CHUNK_TOKENS_PER_BUDGET)
         bounds, lo, size = [], 0, 0
         extra_chars = (extra or 0) * CHARS_PER_TOKEN
+        per_chunk = max(1, MAX_CHUNK_REQUESTS // max(1, requests_per_doc))
         for i, d in enumerate(docs):  # a small first chunk: little tokenization before the device starts
             size += 0 if d is None else len(d) + extra_chars
-            if size >= (rest if bounds else first):
+            if size >= (rest if bounds else first) or i + 1 - lo >= per_chunk:
                 bounds.append((lo, i + 1))
                 lo, size = i + 1, 0
         if lo < len(docs) or not bounds:

@@ -204,7 +204,8 @@ class Engine:
         # an anchor's fresh tokens beyond its ids: its partners' (chunks of whole passes: the first pass starts
         # after one or two anchors are prepared, and each later chunk's preparation is short)
         extra = len(head) + len(mid) + sum(len(p) + len(post) for p in p_toks if p is not None)
-        for lo, a_toks in self.chunks(anchors, extra):  # anchors tokenized a chunk ahead
+        n_partners = sum(p is not None for p in p_toks)
+        for lo, a_toks in self.chunks(anchors, extra, n_partners):  # anchors tokenized a chunk ahead
             self.tree.op += 1
             reqs, where = self.fitter.join_requests(a_toks, p_toks, question, row0=lo)
             done.append((where, self._run(reqs, defer=True)))  # its last passes run on into the next chunk
