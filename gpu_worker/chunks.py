@@ -10,7 +10,7 @@ CHUNK_TOKENS_PER_BUDGET = (2, 16)  # documents run in chunks of ~2 passes' token
 # ... and of at most this many requests: a chunk's preparation (its requests built and inserted, ~30 us each
 # on one core: ~30 ms per join anchor of 1,127 partners) must fit under the passes still running
 # (passes.IN_FLIGHT), or the device idles at every chunk boundary
-MAX_CHUNK_REQUESTS = 8192
+MAX_CHUNK_REQUESTS = 12288
 CHARS_PER_TOKEN = 4  # to size a chunk before it is tokenized
 
 
