@@ -14,7 +14,12 @@ the paragraphs tagged with its run (no prompt of a run is in any cache), after a
 other paragraphs (model loads in the Python workers); the median and the load average of each
 run are reported (benchmarks/spark_harness.py).
 
-    python benchmarks/spark_chain_vs_predict_batch.py --docs 64
+    python benchmarks/spark_chain_vs_predict_batch.py --docs 64 [--no-hints] [--breakdown]
+
+--no-hints: the same chain without selectivity hints (the rules' default selectivity, so the order
+is by question cost). --breakdown: afterwards, the same work without Spark in this process on one
+thread (spark_harness.where_time_goes): engine seconds and fresh tokens, transformers seconds and
+padded tokens, and Spark's share of each way's wall time.
 """
 from __future__ import annotations
 
@@ -35,9 +40,15 @@ def main() -> int:
     ap.add_argument("--warm-docs", type=int, default=8)
     ap.add_argument("--hf-batch", type=int, default=8)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--no-hints", action="store_true", help="the same chain without selectivity hints")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="also time the engine and transformers on the same work without Spark (one thread)")
     ap.add_argument("--out", default=None, help="default benchmarks/results/spark_chain_vs_predict_batch_<commit>.json")
     a = ap.parse_args()
     import quail_spark
+
+    def hint(sel: float) -> str:
+        return "" if a.no_hints else f", map('selectivity', {sel})"
 
     spark = h.session("spark_chain_vs_predict_batch")
     texts = h.paragraphs(a.docs + a.warm_docs)
@@ -49,7 +60,7 @@ def main() -> int:
 
     def quail(run: str):
         frame(run).createOrReplaceTempView("t")
-        where = " AND ".join(f"ai_if('{q}', body, map('selectivity', {sel}))" for q, sel in QUESTIONS)
+        where = " AND ".join(f"ai_if('{q}', body{hint(sel)})" for q, sel in QUESTIONS)
         return sorted(r.id for r in spark.sql(f"SELECT id FROM t WHERE {where}").collect())
 
     def baseline(run: str):
@@ -57,7 +68,7 @@ def main() -> int:
         return sorted(r.id for r in frame(run).filter(cond).select("id").collect())
 
     res = {"commit": h.commit(), "machine": h.machine(), "docs": a.docs, "hf_batch": a.hf_batch,
-           "questions": QUESTIONS, "runs": a.runs}
+           "questions": QUESTIONS, "hints": not a.no_hints, "runs": a.runs}
     quail("warm"), baseline("warm")  # model loads, JIT, worker start: not timed
     before = quail_spark.metrics(spark)
     ways = h.timed_runs({"quail": quail, "predict_batch_udf": baseline}, a.runs)
@@ -65,8 +76,21 @@ def main() -> int:
     res["quail_counters"] = {k: after[k] - before[k] for k in ("requested_tokens", "fresh_tokens", "forward_passes")}
     res.update(ways)
     res["speedup"] = round(ways["predict_batch_udf"]["median_s"] / ways["quail"]["median_s"], 2)
+    # the plan's order of the questions (the chain's spec), and the same work without Spark
+    from quail_spark.explain import plan_text, planned_calls
+    frame("order").createOrReplaceTempView("t")
+    where = " AND ".join(f"ai_if('{q}', body{hint(sel)})" for q, sel in QUESTIONS)
+    (_, spec), = planned_calls(plan_text(spark.sql(f"SELECT id FROM t WHERE {where}")))
+    res["plan_order"] = [c["template"] for c in spec["calls"]]
+    if a.breakdown:
+        parts = [[r.body for r in part] for part in frame("alone").select("body").rdd.glom().collect()]
+        alone = h.where_time_goes(parts, res["plan_order"], batch=a.hf_batch)
+        alone["spark_share_quail"] = round(1 - max(alone["engine_s"]) / ways["quail"]["median_s"], 3)
+        alone["spark_share_predict_batch_udf"] = round(
+            1 - max(alone["transformers_s"]) / ways["predict_batch_udf"]["median_s"], 3)
+        res["where_time_goes"] = alone
     res["same_rows"] = all(x["rows"] == y["rows"] for x, y in zip(ways["quail"]["runs"], ways["predict_batch_udf"]["runs"]))
-    h.write("spark_chain_vs_predict_batch", res, a.out)
+    h.write("spark_chain_vs_predict_batch" + ("_no_hints" if a.no_hints else ""), res, a.out)
     spark.stop()
     return 0
 

@@ -97,6 +97,65 @@ def make_predict_fn(question: str, n_cols: int = 1):
     return make
 
 
+def hf_margins(eng, model, call, texts: list, batch: int = 8):
+    """Margins of ``call`` on ``texts`` through transformers as the baseline's predict function
+    computes them (left-padded batches of ``batch`` prompts), and the padded tokens it ran."""
+    import numpy as np
+    import torch
+
+    from gpu_worker.ai_calls import render
+
+    true_ids, false_ids = eng.answer_token_ids
+    out, padded = [], 0
+    with torch.inference_mode():
+        for lo in range(0, len(texts), batch):
+            prompts = [render(eng, call, [t]) for t in texts[lo:lo + batch]]
+            L = max(len(p) for p in prompts)
+            ids = torch.zeros(len(prompts), L, dtype=torch.long)
+            mask = torch.zeros(len(prompts), L, dtype=torch.long)
+            for r, p in enumerate(prompts):
+                ids[r, L - len(p):] = torch.tensor(p)
+                mask[r, L - len(p):] = 1
+            lg = model(input_ids=ids, attention_mask=mask, logits_to_keep=1).logits[:, -1].float()
+            out += (torch.logsumexp(lg[:, true_ids], -1) - torch.logsumexp(lg[:, false_ids], -1)).tolist()
+            padded += len(prompts) * L
+    return np.array(out), padded
+
+
+def where_time_goes(parts: list, questions: list, batch: int = 8) -> dict:
+    """The work of both ways without Spark, in this process on one thread (as each Python worker of
+    local[2] runs: Spark sets OMP_NUM_THREADS=1): the engine's chain over each partition's documents
+    (``parts``: the documents of each Spark partition, in Spark's order; the questions in the plan's
+    order) and transformers on every (document, question) prompt in batches of ``batch`` rows, with
+    the tokens each computes. Spark's share of a Spark run is its wall time minus the slowest
+    partition's work here (two workers on two cores run the partitions side by side)."""
+    import time
+
+    import torch
+
+    from gpu_worker import EngineConfig, get_engine
+    from gpu_worker.ai_calls import Call
+    from gpu_worker.reference import hf_model
+
+    torch.set_num_threads(1)
+    eng = get_engine(EngineConfig(**MODEL))
+    model = hf_model(eng)
+    res = {"partition_rows": [len(p) for p in parts], "threads": torch.get_num_threads(), "engine_s": [], "transformers_s": [], "engine_fresh_tokens": 0,
+           "transformers_padded_tokens": 0}
+    for part in parts:
+        fresh = eng.stats["fresh_tokens"]
+        t = time.perf_counter()
+        eng.chain(part, questions, short_circuit=True)
+        res["engine_s"].append(round(time.perf_counter() - t, 2))
+        res["engine_fresh_tokens"] += eng.stats["fresh_tokens"] - fresh
+        t = time.perf_counter()
+        for q in questions:
+            _, padded = hf_margins(eng, model, Call("if", q, 1), part, batch)
+            res["transformers_padded_tokens"] += padded
+        res["transformers_s"].append(round(time.perf_counter() - t, 2))
+    return res
+
+
 def margin_udf(question: str, n_cols: int = 1, batch: int = 8):
     """A predict_batch_udf column function giving the margin of ``question`` (a DoubleType column)."""
     from pyspark.ml.functions import predict_batch_udf
