@@ -16,7 +16,9 @@ packed batch, whatever the number of sequences:
   The two partial results merge by log-sum-exp (kernels.merge_attn).
   A short context (the chat frame every filter prompt shares) or one used
   by a single sequence is instead read inside the Triton self kernel, which
-  saves the second call, the merge and a copy.
+  saves the second call, the merge and a copy; so are the few words between
+  a shared anchor and a partner group's context (their first word), while
+  the anchor itself is split.
 
 `prepare_meta` + the first layer build every index tensor of the pass with one
 host-to-device copy; the attention itself never syncs the host.
@@ -64,7 +66,8 @@ class AttnPlan:
     place) or in flash attention, compacted by `long_rows` unless every
     sequence is long. A short context used by short sequences is
     folded into the Triton kernel (`fold`); every other context is split: its
-    group's queries attend to it in `ctx_part`, merged by log-sum-exp.
+    group's queries attend to it in `ctx_part`, merged by log-sum-exp (a split
+    anchor's partner groups fold the words below it).
     """
 
     tri: AttnPart | None  # Triton self part: cu over all sequences, items of the short ones
