@@ -39,7 +39,8 @@ def check(got: dict) -> None:
             assert error is None, (key, error)
             want = sql[key]
             assert values[0::2] == want[0::2], key  # ai_if and ai_classify: equal
-            assert values[1] == pytest.approx(want[1], abs=1e-6) if want[1] is not None else values[1] is None
+            # the same prompt in another batch: float32 summation order differs with the packing (~1e-6)
+            assert values[1] == pytest.approx(want[1], abs=1e-5) if want[1] is not None else values[1] is None
     by_id = {r[0]: r[2:-1] for r in got["mapped"]}
     assert by_id[3] == by_id[4] == [None] * len(NAMES)  # NULL and blank documents: NULL, no error
     assert by_id[8][:3] != [None] * 3 and by_id[8][3] is None  # a NULL second document: that call only
@@ -77,7 +78,7 @@ def test_smollm2_values_equal_spark_sql(spark):
     want = sorted(spark.sql(f"SELECT id, body, {', '.join(f'{e} AS {n}' for n, e in cols.items())} "
                             "FROM smol_notes").collect())
     assert [(r.id, r.complaint, r._ai_error) for r in got] == [(r.id, r.complaint, None) for r in want]
-    assert [r.p for r in got] == pytest.approx([r.p for r in want], abs=1e-6) and got[2].p is None
+    assert [r.p for r in got] == pytest.approx([r.p for r in want], abs=1e-5) and got[2].p is None
 
 
 def test_the_sql_functions_engine_is_reused(spark):
