@@ -7,7 +7,10 @@ documentation paragraphs (Python's own docs, pydoc_data.topics, PSF license) go 
 - quail: ``SELECT id FROM docs WHERE ai_if(Q1, body) AND ai_if(Q2, body) AND ai_if(Q3, body)``:
   the rules fuse the three predicates into one chain (short-circuit, the document's KV kept);
 - baseline: three ``predict_batch_udf`` margin columns (SmolLM2 in transformers, left-padded batches of
-  ``--hf-batch`` prompts, the last position's yes/no logits), ``df.filter((p1 > 0) & (p2 > 0) & (p3 > 0))``.
+  ``--hf-batch`` prompts, the last position's yes/no logits), ``df.filter((p1 > 0) & (p2 > 0) & (p3 > 0))``;
+  Spark plans it as one Filter per predicate, each above its own ArrowEvalPython, so a predicate runs
+  on the rows the ones written before it passed (short-circuit in the written order), three Python
+  workers per task.
 
 Both score the same prompt ids (the one renderer). Three interleaved runs per way, each over
 the paragraphs tagged with its run (no prompt of a run is in any cache), after a warm run over
@@ -29,7 +32,7 @@ import sys
 import spark_harness as h
 
 # written in a poor order; the hints are the pass rates SmolLM2 gave on 72 such paragraphs
-# (0.60, 0.51, 0.33): the rules evaluate the most selective first, predict_batch_udf evaluates all three
+# (0.60, 0.51, 0.33): the rules evaluate the most selective first, predict_batch_udf's Filters the written order
 QUESTIONS = [("Does {0} describe a built-in type?", 0.6), ("Does {0} contain a code example?", 0.5),
              ("Does {0} mention classes?", 0.3)]
 
@@ -84,7 +87,7 @@ def main() -> int:
     res["plan_order"] = [c["template"] for c in spec["calls"]]
     if a.breakdown:
         parts = [[r.body for r in part] for part in frame("alone").select("body").rdd.glom().collect()]
-        alone = h.where_time_goes(parts, res["plan_order"], batch=a.hf_batch)
+        alone = h.where_time_goes(parts, res["plan_order"], [q for q, _ in QUESTIONS], batch=a.hf_batch)
         alone["spark_share_quail"] = round(1 - max(alone["engine_s"]) / ways["quail"]["median_s"], 3)
         alone["spark_share_predict_batch_udf"] = round(
             1 - max(alone["transformers_s"]) / ways["predict_batch_udf"]["median_s"], 3)

@@ -122,13 +122,21 @@ def hf_margins(eng, model, call, texts: list, batch: int = 8):
     return np.array(out), padded
 
 
-def where_time_goes(parts: list, questions: list, batch: int = 8) -> dict:
+def where_time_goes(parts: list, plan_order: list, written: list, batch: int = 8) -> dict:
     """The work of both ways without Spark, in this process on one thread (as each Python worker of
-    local[2] runs: Spark sets OMP_NUM_THREADS=1): the engine's chain over each partition's documents
-    (``parts``: the documents of each Spark partition, in Spark's order; the questions in the plan's
-    order) and transformers on every (document, question) prompt in batches of ``batch`` rows, with
-    the tokens each computes. Spark's share of a Spark run is its wall time minus the slowest
-    partition's work here (two workers on two cores run the partitions side by side)."""
+    local[2] runs: Spark sets OMP_NUM_THREADS=1), over ``parts`` (the documents of each Spark
+    partition, in Spark's order):
+
+    - the engine's chain with the questions in the plan's order (``plan_order``);
+    - transformers as Spark runs the baseline: Spark splits ``p1 > 0 AND p2 > 0 AND p3 > 0`` into
+      one Filter per predicate, each above its own ArrowEvalPython (its own Python worker), so each
+      predicate of ``written`` (the order the query gives) is evaluated on the rows the ones before
+      it passed, in batches of ``batch`` rows.
+
+    With the tokens each computes. Spark's share of a Spark run is its wall time minus the slowest
+    partition's work here; for the baseline it can be negative: a task's three Python workers run
+    as a pipeline, on both cores once the other task has finished.
+    """
     import time
 
     import torch
@@ -140,18 +148,22 @@ def where_time_goes(parts: list, questions: list, batch: int = 8) -> dict:
     torch.set_num_threads(1)
     eng = get_engine(EngineConfig(**MODEL))
     model = hf_model(eng)
-    res = {"partition_rows": [len(p) for p in parts], "threads": torch.get_num_threads(), "engine_s": [], "transformers_s": [], "engine_fresh_tokens": 0,
-           "transformers_padded_tokens": 0}
+    res = {"partition_rows": [len(p) for p in parts], "threads": torch.get_num_threads(), "engine_s": [],
+           "transformers_s": [], "engine_fresh_tokens": 0, "transformers_padded_tokens": 0,
+           "transformers_prompts": 0}
     for part in parts:
         fresh = eng.stats["fresh_tokens"]
         t = time.perf_counter()
-        eng.chain(part, questions, short_circuit=True)
+        eng.chain(part, plan_order, short_circuit=True)
         res["engine_s"].append(round(time.perf_counter() - t, 2))
         res["engine_fresh_tokens"] += eng.stats["fresh_tokens"] - fresh
         t = time.perf_counter()
-        for q in questions:
-            _, padded = hf_margins(eng, model, Call("if", q, 1), part, batch)
+        alive = list(part)
+        for q in written:
+            m, padded = hf_margins(eng, model, Call("if", q, 1), alive, batch)
             res["transformers_padded_tokens"] += padded
+            res["transformers_prompts"] += len(alive)
+            alive = [d for d, v in zip(alive, m) if v > 0]
         res["transformers_s"].append(round(time.perf_counter() - t, 2))
     return res
 
