@@ -33,7 +33,7 @@ import torch
 from kernels._util import query_blocks
 
 from .attention import AttnMeta, split_attention_torch
-from .ops import TorchOps
+from .ops import TorchOps, linear
 
 FLASH_DTYPES = (torch.bfloat16, torch.float16)
 TRITON_MAX_Q = 512  # "auto": sequences up to this long take the Triton kernel, longer ones flash
@@ -309,6 +309,7 @@ class CudaOps:
     """
 
     name = "cuda"
+    linear = staticmethod(linear)  # cuBLAS on the GPU
 
     def __init__(self, use_triton: bool | None = None, self_attn: str = "auto", ctx_attn: str = "fused",
                  fold: bool = True, repeat_kv: bool = False, ctx_config: dict | None = None,

@@ -14,10 +14,10 @@ from ..config import ModelConfig
 from ..quant import fp8_linear, quantize_weight
 
 
-def project(x, weight, fp8_weight, dtype):
-    """x @ weight.t(); with an FP8 weight, x is quantized rows (q, scale) (gpu_worker/quant.py)."""
+def project(x, weight, fp8_weight, dtype, ops):
+    """x @ weight.t() (ops.linear); with an FP8 weight, x is quantized rows (q, scale) (gpu_worker/quant.py)."""
     if fp8_weight is None:
-        return x @ weight.t()
+        return ops.linear(x, weight)
     return fp8_linear(x, fp8_weight, dtype)
 
 
@@ -57,7 +57,7 @@ class Attention(nn.Module):
         only these rows go through the output projection), or None for all."""
         T = x[0].shape[0] if fp8 else x.shape[0]
         dtype = self.o_proj.weight.dtype
-        qkv = project(x, self.qkv_weight, self.qkv_fp8 if fp8 else None, dtype)  # [T, (n_q + 2 n_kv) * d]
+        qkv = project(x, self.qkv_weight, self.qkv_fp8 if fp8 else None, dtype, ops)  # [T, (n_q + 2 n_kv) * d]
         hd = self.head_dim
         q, k, v = qkv.split([self.n_q * hd, self.n_kv * hd, self.n_kv * hd], dim=-1)
         q = q.view(T, self.n_q, hd)  # q: [T, n_q, d]
@@ -72,8 +72,8 @@ class Attention(nn.Module):
         if rows is not None:
             o = o.index_select(0, rows)  # [n, n_q * d]
         if fp8:
-            return project(ops.quant_rows(o), None, self.o_fp8, dtype)
-        return o @ self.o_proj.weight.t()
+            return project(ops.quant_rows(o), None, self.o_fp8, dtype, ops)
+        return ops.linear(o, self.o_proj.weight)
 
 
 class MLP(nn.Module):
@@ -92,9 +92,9 @@ class MLP(nn.Module):
     def forward(self, x, ops, fp8: bool = False):
         if fp8:
             dtype = self.down_proj.weight.dtype
-            gate_up = project(x, None, self.gate_up_fp8, dtype)
-            return project(ops.silu_and_mul(gate_up, quant=True), None, self.down_fp8, dtype)
-        return ops.silu_and_mul(x @ self.gate_up_weight.t()) @ self.down_proj.weight.t()
+            gate_up = project(x, None, self.gate_up_fp8, dtype, ops)
+            return project(ops.silu_and_mul(gate_up, quant=True), None, self.down_fp8, dtype, ops)
+        return ops.linear(ops.silu_and_mul(ops.linear(x, self.gate_up_weight)), self.down_proj.weight)
 
 
 class DecoderLayer(nn.Module):
@@ -181,7 +181,7 @@ class DecoderLM(nn.Module):
             else:
                 residual = m + residual
         last = ops.rmsnorm(residual, self.model.norm.weight, self.cfg.rms_eps)  # [n_out, hidden]
-        return (last @ self.head_rows.t()).float()
+        return ops.linear(last, self.head_rows).float()
 
 
 def rope_table(head_dim: int, theta: float, max_position: int, device):
