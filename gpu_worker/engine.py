@@ -19,7 +19,7 @@ from . import weights
 from .chunks import DocumentChunks
 from .config import EngineConfig
 from .fitting import RequestFitter
-from .passes import TREE_COUNTERS, Passes
+from .passes import TREE_COUNTERS, Passes, collector_paused
 from .prompts import PromptRenderer, documents
 from .runner import KVCache, ModelRunner
 from .runtime import Runtime
@@ -29,7 +29,7 @@ def _serialized(method):
     """Calls on one Engine from several threads run one at a time (the engine's lock), on its device."""
     @functools.wraps(method)
     def locked(self, *a, **kw):
-        with self._lock, self.on_device():
+        with self._lock, self.on_device(), collector_paused():  # no collection pauses between chunks
             try:
                 return method(self, *a, **kw)
             finally:

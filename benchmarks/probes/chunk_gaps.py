@@ -9,6 +9,10 @@ product); the join goes through Engine.join on text, as public_bench's BIO2 sect
 from __future__ import annotations
 
 import argparse
+import contextlib
+import cProfile
+import io
+import pstats
 import gc
 import json
 import sys
@@ -23,6 +27,7 @@ import bench_workloads as wl  # noqa: E402
 from public_bench import Words  # noqa: E402
 
 from gpu_worker import Engine, EngineConfig  # noqa: E402
+from gpu_worker import engine as engine_mod  # noqa: E402
 from gpu_worker import passes as passes_mod  # noqa: E402
 from gpu_worker import runner as runner_mod  # noqa: E402
 
@@ -33,10 +38,15 @@ def main():
     ap.add_argument("--anchors", type=int, default=60)
     ap.add_argument("--quantize", default=None)
     ap.add_argument("--in-flight", type=int, default=None, help="passes.IN_FLIGHT for this run")
+    ap.add_argument("--cprofile", type=int, default=0, help="profile the host side of this many passes (from the 6th)")
+    ap.add_argument("--gc-in-op", action="store_true", help="the collector on between an operation's chunks "
+                    "(as before collector_paused covered whole operations)")
     ap.add_argument("--commit", default="unknown")
     ap.add_argument("--out", default="/tmp")
     ap.add_argument("--name", default="chunk_gaps.json")
     args = ap.parse_args()
+    if args.gc_in_op:
+        engine_mod.collector_paused = contextlib.nullcontext
     if args.in_flight:
         passes_mod.IN_FLIGHT = args.in_flight
     eng = Engine(EngineConfig(model="qwen3-4b-random", device="cuda", tokenizer=args.tokenizer,
@@ -50,7 +60,12 @@ def main():
     t0 = [time.perf_counter()]
     now = lambda: time.perf_counter() - t0[0]  # noqa: E731
 
+    prof = cProfile.Profile()
+
     def run(self, jobs):
+        on = 5 <= len(log) < 5 + args.cprofile
+        if on:
+            prof.enable()
         start = torch.cuda.Event(enable_timing=True)
         h0 = now()
         ids, pos, meta, requests = self.build(jobs)
@@ -62,6 +77,8 @@ def main():
         host.copy_(logits, non_blocking=True)
         done = torch.cuda.Event(enable_timing=True)
         done.record()
+        if on:
+            prof.disable()
         log.append({"host_start": h0, "host_built": h1, "host_launched": now(), "jobs": len(jobs),
                     "tokens": int(ids.numel()), "start": start, "done": done})
         return runner_mod.Launched(host, done, requests)
@@ -97,6 +114,7 @@ def main():
             return out
 
         JITFunction._do_compile = do_compile
+        compiles.append("hooked")
     except (ImportError, AttributeError):
         pass
     gcs, gc_t = [], {}
@@ -126,11 +144,20 @@ def main():
                      if k not in ("start", "done")} | {"gpu_s": round(busy, 4),
                                                        "idle_before_s": None if idle is None else round(idle, 4)})
     idle = [r["idle_before_s"] for r in rows[1:]]
-    res = {"commit": args.commit, "anchors": args.anchors, "partners": 1127, "quantize": args.quantize,
+    res = {"commit": args.commit, "gc_in_op": args.gc_in_op, "anchors": args.anchors, "partners": 1127, "quantize": args.quantize,
            "in_flight": passes_mod.IN_FLIGHT, "wall_s": wall, "passes": len(rows),
            "gpu_busy_s": sum(r["gpu_s"] for r in rows), "idle_s": float(np.sum(idle)),
            "idle_over_10ms": [(i + 1, x) for i, x in enumerate(idle) if x > 0.01],
            "triton_compiles": compiles, "gc_over_5ms": gcs, "events": events, "passes_log": rows}
+    res["alloc"] = {k: v for k, v in torch.cuda.memory_stats().items() if k in
+                    ("num_alloc_retries", "num_device_alloc", "num_device_free", "num_sync_all_streams")}
+    if args.cprofile:
+        buf = io.StringIO()
+        pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(45)
+        res["cprofile_tottime"] = buf.getvalue().splitlines()
+        buf = io.StringIO()
+        pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(45)
+        res["cprofile_cumulative"] = buf.getvalue().splitlines()
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / args.name).write_text(json.dumps(res, indent=1))
     print(f"wall {wall:.2f} s, {len(rows)} passes, gpu busy {res['gpu_busy_s']:.2f} s, idle {res['idle_s']:.2f} s; "
