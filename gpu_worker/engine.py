@@ -205,10 +205,23 @@ class Engine:
         # after one or two anchors are prepared, and each later chunk's preparation is short)
         extra = len(head) + len(mid) + sum(len(p) + len(post) for p in p_toks if p is not None)
         n_partners = sum(p is not None for p in p_toks)
-        for lo, a_toks in self.chunks(anchors, extra, n_partners):  # anchors tokenized a chunk ahead
-            self.tree.op += 1
-            reqs, where = self.fitter.join_requests(a_toks, p_toks, question, row0=lo)
-            done.append((where, self._run(reqs, defer=True)))  # its last passes run on into the next chunk
+        # one scheduler over the chunks: a chunk's last requests share passes with the next chunk's first
+        stream = self.passes.stream(len(anchors) * n_partners) if self.passes.share else None
+        try:
+            for lo, a_toks in self.chunks(anchors, extra, n_partners):  # anchors tokenized a chunk ahead
+                self.tree.op += 1
+                reqs, where = self.fitter.join_requests(a_toks, p_toks, question, row0=lo)
+                if stream is None:
+                    done.append((where, self._run(reqs, defer=True)))  # its last passes run on into the next chunk
+                else:
+                    done.append((where, stream.add(reqs)))
+            if stream is not None:
+                logits = stream.close()
+                done = [(where, logits[a:b]) for where, (a, b) in done]
+        except BaseException:
+            if stream is not None:
+                stream.abort()  # (a prompt too long in a later chunk: requests added before are not served)
+            raise
         self._collect(out, done)
         self._stage("join", [question], out.reshape(-1, 1))
         return out

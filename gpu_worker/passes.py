@@ -126,40 +126,55 @@ class Passes:
 
     def _schedule(self, reqs, ends, out: np.ndarray, t0: float, defer: bool) -> np.ndarray:
         sched = Scheduler(self.tree, ends, self.token_budget, retain=self.share, ctx_budget=self.ctx_budget)
-        passes, last_log = 0, t0
-        in_flight = self.in_flight
         try:
-            while not sched.done:
-                jobs = sched.next_pass()
-                if not jobs:
-                    raise RuntimeError("scheduler made no progress (a bug): no job could run")
-                in_flight.append((self.runner.run(jobs), out))
-                sched.finish(jobs)  # bookkeeping only: the next pass is planned while this one runs
-                passes += 1
-                if len(in_flight) > IN_FLIGHT:
-                    self.read(*in_flight.popleft())
-                if time.time() - last_log > 10:
-                    last_log = time.time()
-                    log.info("engine: %d/%d prompts planned, %d passes, %.0f s",
-                             sum(sched.served), len(reqs), passes, last_log - t0)
+            passes = self._launch(sched, out, t0, len(reqs))
             if not defer:
                 self.drain()
         except BaseException:
-            in_flight.clear()  # (pinned host buffers stay valid until their copies finish)
-            self.new_tree()
+            self._abandon()
             raise
         if not self.share:
             for i in range(len(reqs)):
                 self.tree.drop_root(("solo", i))
         self.tree.trim()
-        self._count(reqs, sched, passes, t0)
+        self._count(sum(len(p) + len(s) for p, s in reqs), len(reqs), sched, passes, t0)
         return out
 
-    def _count(self, reqs, sched: Scheduler, passes: int, t0: float):
+    def _launch(self, sched: Scheduler, out: np.ndarray, t0: float, total: int, hold: bool = False) -> int:
+        """Plans and launches the scheduler's passes; returns how many. hold: stop while the requests
+        left are no more than a pass serves on average (they wait for the next chunk's)."""
+        passes, last_log = 0, t0
+        in_flight = self.in_flight
+        while not sched.done:
+            if hold and sched.passes_planned and sched.left <= (len(sched.ends) - sched.left) // sched.passes_planned:
+                break
+            jobs = sched.next_pass()
+            if not jobs:
+                raise RuntimeError("scheduler made no progress (a bug): no job could run")
+            in_flight.append((self.runner.run(jobs), out))
+            sched.finish(jobs)  # bookkeeping only: the next pass is planned while this one runs
+            passes += 1
+            if len(in_flight) > IN_FLIGHT:
+                self.read(*in_flight.popleft())
+            if time.time() - last_log > 10:
+                last_log = time.time()
+                log.info("engine: %d/%d prompts planned, %d passes, %.0f s",
+                         total - sched.left, total, passes, last_log - t0)
+        return passes
+
+    def _abandon(self):
+        self.in_flight.clear()  # (pinned host buffers stay valid until their copies finish)
+        self.new_tree()
+
+    def stream(self, capacity: int) -> "Stream":
+        """An operation's requests in chunks through one scheduler (`Stream`): a chunk's last requests
+        share passes with the next chunk's first, so every pass but the operation's last is full."""
+        return Stream(self, capacity)
+
+    def _count(self, requested: int, n_reqs: int, sched: Scheduler, passes: int, t0: float):
         for k, t in TREE_COUNTERS.items():
             self.stats[k] += self.tree.stats[t] - self.tree_seen.get(t, 0)
         self.tree_seen = dict(self.tree.stats)
-        requested = sum(len(p) + len(s) for p, s in reqs)
         st = self.stats
         st["requested_tokens"] += requested
         st["fresh_tokens"] += sched.fresh
@@ -167,5 +182,69 @@ class Passes:
         st["kv_regret_tokens"] += sched.regret
         st["min_fresh_tokens"] += sched.fresh - sched.regret
         st["forward_passes"] += passes
-        st["requests"] += len(reqs)
+        st["requests"] += n_reqs
         st["wall_s"] += time.time() - t0
+
+
+class Stream:
+    """One operation's requests added chunk by chunk to one scheduler (prefix caching on).
+
+    `add` inserts a chunk's requests and launches passes while more than about
+    one pass's requests remain, so the rest share the next chunk's first pass
+    and the host prepares that chunk while the device runs passes already
+    launched (a chunk's own last pass, mostly empty, left the device waiting on
+    the host). `close` launches the rest and reads every pass. Holds the
+    answer-row logits of every request (`out`, rows in the order added).
+    """
+
+    def __init__(self, passes: Passes, capacity: int):
+        if not passes.share:
+            raise ValueError("a stream needs prefix caching (requests share one tree)")
+        self.passes = passes
+        self.out = np.zeros((capacity, passes.n_head), dtype=np.float32)
+        self.sched: Scheduler | None = None
+        self.n = self.requested = self.launched = 0
+        self.t0 = time.time()
+
+    def add(self, reqs: list[tuple[list[int], list[int]]]) -> tuple[int, int]:
+        """Rows [lo, hi) of `out` that answer `reqs`; passes launched while more than a pass's requests are left."""
+        p = self.passes
+        lo, hi = self.n, self.n + len(reqs)
+        if hi > len(self.out):
+            raise ValueError(f"stream of {len(self.out)} requests given {hi}")
+        try:
+            with collector_paused():
+                p.tree.trim()
+                ends = p._insert(reqs)
+                if self.sched is None:
+                    self.sched = Scheduler(p.tree, ends, p.token_budget, retain=True, ctx_budget=p.ctx_budget)
+                else:
+                    self.sched.add(ends)
+                self.n, self.requested = hi, self.requested + sum(len(a) + len(b) for a, b in reqs)
+                self.launched += p._launch(self.sched, self.out, self.t0, self.n, hold=True)
+        except BaseException:
+            p._abandon()
+            raise
+        return lo, hi
+
+    def abort(self):
+        """An operation given up between two chunks: its requests are dropped with the tree (their
+        nodes are still counted as pending), the passes launched are not read."""
+        if self.sched is not None:
+            self.passes._abandon()
+            self.sched = None
+
+    def close(self) -> np.ndarray:
+        """Launches what is left, reads every pass; the logits of every request added."""
+        p = self.passes
+        if self.sched is not None:
+            try:
+                with collector_paused():
+                    self.launched += p._launch(self.sched, self.out, self.t0, self.n)
+                    p.drain()
+            except BaseException:
+                p._abandon()
+                raise
+            p.tree.trim()
+            p._count(self.requested, self.n, self.sched, self.launched, self.t0)
+        return self.out[: self.n]

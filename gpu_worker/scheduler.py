@@ -59,27 +59,40 @@ class Scheduler:
                  ctx_budget: int | None = None):
         self.tree, self.budget, self.retain = tree, budget, retain
         self.ctx_budget = ctx_budget if ctx_budget is not None else 16 * budget
-        self.ends = ends
-        self.served = [False] * len(ends)
+        self.ends: list[Node] = []
+        self.served: list[bool] = []
+        self.left = 0  # requests not served yet
         self.pass_id = 0
         self.fresh = 0
         self.regret = 0  # tokens this operation computes a second time
-        for r, node in enumerate(ends):
+        self.order: list[int] = []
+        self.cursor = 0
+        self.passes_planned = 0
+        self.add(ends)
+
+    def add(self, ends: list[Node]):
+        """More requests (numbered on from the ones before), served after those already ordered: an
+        operation's next chunk joins the passes its previous chunk has left, so they stay full."""
+        r0 = len(self.ends)
+        self.ends.extend(ends)
+        self.served.extend([False] * len(ends))
+        self.left += len(ends)
+        for r, node in enumerate(ends, r0):
             node.ends.append(r)
             for n in node.path():
                 n.pending += 1
-        self.order = self._dfs_order()
-        self.cursor = 0
+        self.order.extend(self._dfs_order(ends, r0))
 
-    def _dfs_order(self) -> list[int]:
-        """Requests in depth-first order of the tree (each ends at exactly one node).
+    def _dfs_order(self, ends: list[Node], r0: int) -> list[int]:
+        """Requests of `ends` in depth-first order of the tree (each ends at exactly one node).
 
-        Walks only the nodes of this call's requests (each once), not the tree.
+        Walks only the nodes of these requests (each once), not the tree; r0: the first one's number
+        (a node's earlier requests are ordered already).
         """
-        kids: dict[int, list[Node]] = {}  # id(node) -> its children on this call's paths
+        kids: dict[int, list[Node]] = {}  # id(node) -> its children on these requests' paths
         seen: set[int] = set()
         tops: list[Node] = []
-        for node in self.ends:
+        for node in ends:
             n = node
             while id(n) not in seen:
                 seen.add(id(n))
@@ -92,7 +105,7 @@ class Scheduler:
         stack = tops[::-1]
         while stack:
             n = stack.pop()
-            out.extend(n.ends)
+            out.extend(r for r in n.ends if r >= r0)
             below = kids.get(id(n)) or []
             stack.extend(sorted(below, key=lambda c: c.tokens[0], reverse=True))
         return out
@@ -102,6 +115,7 @@ class Scheduler:
         return self.cursor >= len(self.order)
 
     def next_pass(self) -> list[Job]:
+        self.passes_planned += 1
         self.tree.passes += 1  # pass ids are unique over the tree's life
         self.pass_id = self.tree.passes
         jobs: list[Job] = []
@@ -198,6 +212,7 @@ class Scheduler:
                 if not self.served[r]:
                     job.outputs.append((off - 1, r))
                     self.served[r] = True
+                    self.left -= 1
         self.fresh += job.num_tokens
         return job
 

@@ -1,4 +1,5 @@
-"""Operations over many chunks: a chunk's last pass still runs while the next chunk is prepared.
+"""Operations over many chunks: a chunk's last pass still runs while the next chunk is prepared
+(a join's chunks share one scheduler, so their passes stay full).
 
 Margins are those of one document (one anchor) at a time, an error in a later
 chunk leaves nothing running, and the engine answers right afterwards.
@@ -98,3 +99,49 @@ def test_pairs_of_a_cross_product_match_the_join(eng):
     assert np.allclose(got, grid.ravel(), atol=1e-5, equal_nan=True)
     with pytest.raises(ValueError, match=r"anchors\[5\] \(row 5\)"):
         eng.pairs(rows_a[:5] + ["bad \ud800"] + rows_a[6:], rows_p, JQ)
+
+
+@pytest.fixture(scope="module")
+def eng256():
+    return Engine(EngineConfig(model=MODEL, token_budget=256))
+
+
+def test_a_join_over_many_chunks_fills_its_passes(eng256):
+    """One scheduler over the chunks: a chunk's last requests share the next chunk's first pass, so only
+    the first pass (a small first chunk) and the last one run below the token budget."""
+    e, budget = eng256, 256
+    e.reset_stats()
+    anchors = _texts(60, 30, 50, 6)
+    rng = np.random.default_rng(7)
+    partners = [" ".join(rng.choice(WORDS, int(rng.integers(1, 4)))) for _ in range(20)]
+    head, mid, post = e.renderer.join_parts(JQ)
+    extra = len(head) + len(mid) + sum(len(p) + len(post) for p in e._tokenize(partners))
+    assert len(list(e.chunks(anchors, extra, len(partners)))) >= 4
+    got = e.join(anchors, partners, JQ)
+    st = e.stats
+    assert st["forward_passes"] <= -(-st["fresh_tokens"] // budget) + 2  # (a pass per chunk more before)
+    assert st["kv_regret_tokens"] == 0 and not e.passes.in_flight
+    whole = Engine(EngineConfig(model=MODEL, token_budget=16384))  # one chunk
+    assert len(list(whole.chunks(anchors, extra, len(partners)))) == 1
+    assert np.allclose(got, whole.join(anchors, partners, JQ), atol=1e-5)
+
+
+def test_an_error_in_a_later_chunk_of_a_join_leaves_nothing_running(eng256):
+    eng = eng256
+    anchors = _texts(60, 30, 50, 8)
+    anchors[-1] = " ".join(["refund"] * (eng.rt.max_position + 10))  # too long: raised in the last chunk
+    rng = np.random.default_rng(9)
+    partners = [" ".join(rng.choice(WORDS, int(rng.integers(1, 4)))) for _ in range(20)]
+    assert len(list(eng.chunks(anchors, 300, len(partners)))) >= 3
+    with pytest.raises(PromptTooLong) as e:
+        eng.join(anchors, partners, JQ)
+    assert e.value.row == len(anchors) - 1
+    assert not eng.passes.in_flight
+    nodes = list(eng.tree.roots.values())
+    for n in nodes:  # nothing is left waiting for the failed call's passes
+        assert n.pending == 0 and not n.ends
+        nodes.extend(n.children.values())
+    # the same pairs in another order: requests the failed call left unserved must not answer for them
+    again = eng.join(anchors[-2::-1], partners[::-1], JQ)
+    fresh = Engine(EngineConfig(model=MODEL, token_budget=4096))
+    assert np.allclose(again, fresh.join(anchors[-2::-1], partners[::-1], JQ), atol=1e-5)
