@@ -202,7 +202,17 @@ def commit() -> str:
 
 
 def machine() -> str:
-    return f"{platform.machine()}, {os.cpu_count()} cores, Spark local[2]"
+    """Architecture, the processor's vendor and model (x86 BLAS libraries pick their kernels by vendor:
+    MKL's float32 matmul takes its AVX2 path on AMD), cores."""
+    cpu = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            info = {k.strip(): v for k, v in (line.split(":", 1) for line in f.read().split("\n\n")[0].splitlines()
+                                              if ":" in line)}
+        cpu = " ".join(info.get(k, "").strip() for k in ("vendor_id", "model name")).strip() + ", "
+    except OSError:
+        pass
+    return f"{platform.machine()}, {cpu}{os.cpu_count()} cores, Spark local[2]"
 
 
 def write(name: str, res: dict, out: str | None = None) -> str:
