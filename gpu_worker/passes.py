@@ -202,49 +202,41 @@ class Stream:
             raise ValueError("a stream needs prefix caching (requests share one tree)")
         self.passes = passes
         self.out = np.zeros((capacity, passes.n_head), dtype=np.float32)
-        self.sched: Scheduler | None = None
+        self.sched = Scheduler(passes.tree, [], passes.token_budget, retain=True, ctx_budget=passes.ctx_budget)
         self.n = self.requested = self.launched = 0
+        self.touched = False  # the tree holds something of this stream's
         self.t0 = time.time()
 
     def add(self, reqs: list[tuple[list[int], list[int]]]) -> tuple[int, int]:
-        """Rows [lo, hi) of `out` that answer `reqs`; passes launched while more than a pass's requests are left."""
+        """Rows [lo, hi) of `out` that answer `reqs`; passes launched while more than a pass's requests are
+        left. After an error here, or in the caller between two `add`s, call `abort`."""
         p = self.passes
         lo, hi = self.n, self.n + len(reqs)
         if hi > len(self.out):
             raise ValueError(f"stream of {len(self.out)} requests given {hi}")
-        try:
-            with collector_paused():
-                p.tree.trim()
-                ends = p._insert(reqs)
-                if self.sched is None:
-                    self.sched = Scheduler(p.tree, ends, p.token_budget, retain=True, ctx_budget=p.ctx_budget)
-                else:
-                    self.sched.add(ends)
-                self.n, self.requested = hi, self.requested + sum(len(a) + len(b) for a, b in reqs)
-                self.launched += p._launch(self.sched, self.out, self.t0, self.n, hold=True)
-        except BaseException:
-            p._abandon()
-            raise
+        self.touched = True
+        with collector_paused():
+            p.tree.trim()
+            self.sched.add(p._insert(reqs))
+            self.n, self.requested = hi, self.requested + sum(len(a) + len(b) for a, b in reqs)
+            self.launched += p._launch(self.sched, self.out, self.t0, self.n, hold=True)
         return lo, hi
 
     def abort(self):
-        """An operation given up between two chunks: its requests are dropped with the tree (their
-        nodes are still counted as pending), the passes launched are not read."""
-        if self.sched is not None:
+        """An operation given up: its requests are dropped with the tree (their nodes are still counted
+        as pending), the passes launched are not read. Before any `add`, nothing to undo."""
+        if self.touched:
             self.passes._abandon()
-            self.sched = None
 
     def close(self) -> np.ndarray:
-        """Launches what is left, reads every pass; the logits of every request added."""
+        """Launches what is left, reads every pass; the logits of every request added (on an error,
+        call `abort`)."""
         p = self.passes
-        if self.sched is not None:
-            try:
-                with collector_paused():
-                    self.launched += p._launch(self.sched, self.out, self.t0, self.n)
-                    p.drain()
-            except BaseException:
-                p._abandon()
-                raise
-            p.tree.trim()
-            p._count(self.requested, self.n, self.sched, self.launched, self.t0)
+        if not self.touched:
+            return self.out[:0]
+        with collector_paused():
+            self.launched += p._launch(self.sched, self.out, self.t0, self.n)
+            p.drain()
+        p.tree.trim()
+        p._count(self.requested, self.n, self.sched, self.launched, self.t0)
         return self.out[: self.n]
