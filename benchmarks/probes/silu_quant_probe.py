@@ -1,9 +1,12 @@
 """SiLU-and-mul with FP8 row quantization (kernels/fp8.py) against variants, on a FILTER pass's shape
 (32,768 rows of Qwen3-4B's gate/up projection, F = 9,728, bf16), beside the bf16 SiLU-and-mul kernel.
 
-The shipped kernel holds a whole row in one block of 16,384 lanes (9,728 used); the variants stream
+The shipped kernel holds a whole row in registers (two tiles, 8,192 + 2,048 lanes); the variants stream
 the row in chunks twice (absmax, then quantize: the second read hits L2). Every variant must give
-the shipped kernel's bytes exactly (q and scale). GB/s counts the fewest bytes: gate/up read once,
+the shipped kernel's bytes exactly (q and scale); `shipped_w*` is the shipped kernel at other warp
+counts. At aadce04 the shipped kernel held the row as one tile of 16,384 lanes (0.62 ms); the row
+as two tiles (8,192 + 2,048 lanes, `split_w*` in results/h200_aadce04/silu_quant_probe.json) took 0.40
+ms, and is the shipped kernel since. GB/s counts the fewest bytes: gate/up read once,
 q (1 byte) and the scale written once.
 
     PYTHONPATH=. python3 benchmarks/probes/silu_quant_probe.py --out $OUT
@@ -50,6 +53,17 @@ def _two_pass_kernel(gu_ptr, q_ptr, s_ptr, F, stride_gu, stride_q, BLOCK: tl.con
     tl.store(s_ptr + row, scale)
 
 
+def shipped_warps(gate_up, warps):
+    from kernels.fp8 import _silu_mul_quant_kernel
+    T, F = gate_up.shape[0], gate_up.shape[1] // 2
+    q = torch.empty((T, F), dtype=torch.float8_e4m3fn, device=gate_up.device)
+    s = torch.empty((T, 1), dtype=torch.float32, device=gate_up.device)
+    A = max(16, 1 << (F.bit_length() - 1))
+    B = max(16, 1 << max(F - A - 1, 0).bit_length())
+    _silu_mul_quant_kernel[(T,)](gate_up, q, s, F, gate_up.stride(0), q.stride(0), A=A, B=B, num_warps=warps)
+    return q, s
+
+
 def two_pass(gate_up, block, warps, hints):
     T, F = gate_up.shape[0], gate_up.shape[1] // 2
     q = torch.empty((T, F), dtype=torch.float8_e4m3fn, device=gate_up.device)
@@ -75,6 +89,8 @@ def main() -> int:
         for hints in (False, True):
             cases[f"two_pass_b{block}_w{warps}{'_hints' if hints else ''}"] = (
                 lambda gu, b=block, w=warps, h=hints: two_pass(gu, b, w, h))
+    for warps in (8, 32):
+        cases[f"shipped_w{warps}"] = lambda gu, w=warps: shipped_warps(gu, w)
     for name, fn in cases.items():
         try:
             q, s = fn(gus[0])
