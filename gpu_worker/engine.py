@@ -86,7 +86,9 @@ class Engine:
         self.passes = Passes(self.runner, self.rt.kv_slots, self.rt.token_budget, self.rt.ctx_budget,
                              len(self.renderer.answers.head_ids), cfg.prefix_cache, self.stats)
         self.fitter = RequestFitter(self.renderer, self.rt.max_position, cfg.on_overflow == "truncate", self.stats)
-        self.chunks = DocumentChunks(self._tokenize, self.rt.token_budget)
+        # the renderer's function, not a method of the engine: no reference cycle, so an engine dropped
+        # frees its KV pool at once rather than at the next full garbage collection
+        self.chunks = DocumentChunks(self.renderer.encode_batch, self.rt.token_budget)
         self.reset_stats()
         self.load_s = time.time() - t0
 

@@ -18,7 +18,23 @@ log = logging.getLogger("gpu_worker")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # Default KV pool on CPU: 1 GiB per engine whatever the model (SmolLM2 in float32: 23,296 tokens of
 # 45 KiB), so a Spark Python worker needs the model + 1 GiB + its own overhead (README, "CPU memory").
+# QUAIL_CPU_KV_POOL_MIB in the environment (of the driver, or spark.executorEnv.*) sets another default.
 CPU_POOL_BYTES = 1 << 30
+CPU_POOL_ENV = "QUAIL_CPU_KV_POOL_MIB"
+
+
+def cpu_pool_bytes() -> int:
+    """The default CPU KV pool of an engine whose config leaves kv_pool_tokens unset."""
+    raw = os.environ.get(CPU_POOL_ENV)
+    if raw is None or raw.strip() == "":
+        return CPU_POOL_BYTES
+    try:
+        mib = int(raw)
+    except ValueError:
+        mib = 0
+    if mib < 1:
+        raise ValueError(f"{CPU_POOL_ENV} must be a whole number of MiB >= 1, got {raw!r}")
+    return mib << 20
 CUDA_POOL_MAX_TOKENS = 1 << 23  # a small model does not take the whole GPU (8M tokens: 1.1 TiB for Qwen3-4B)
 CTX_PER_BUDGET = 16  # context tokens a pass may read (distinct, gathered per layer) per token of its budget
 
@@ -72,7 +88,7 @@ class Runtime:
 
     def size_pool(self, mcfg: ModelConfig):
         """KV slots: the configured number (`kv_pool_tokens`), else on CUDA what free memory
-        allows and on CPU a fixed 1 GiB (`CPU_POOL_BYTES`)."""
+        allows and on CPU a fixed 1 GiB (`cpu_pool_bytes`: QUAIL_CPU_KV_POOL_MIB sets another)."""
         per_slot = KVCache.bytes_per_slot(mcfg, self.dtype)
         if self.config.kv_pool_tokens:
             slots = self.config.kv_pool_tokens
@@ -88,7 +104,7 @@ class Runtime:
             if slots < 4096:
                 raise RuntimeError(f"GPU has {free / 2**30:.1f} GiB free after weights: too little for the KV pool")
         else:
-            slots = CPU_POOL_BYTES // per_slot
+            slots = cpu_pool_bytes() // per_slot
         self.kv_slots = max(16, slots // 16 * 16)
         log.info("KV pool: %d slots (%.2f GiB), token budget %d, context budget %d", self.kv_slots,
                  self.kv_slots * per_slot / 2**30, self.token_budget, self.ctx_budget)

@@ -8,6 +8,11 @@ import sys
 import pytest
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Engines whose config leaves kv_pool_tokens unset get a 256 MiB CPU pool here instead of 1 GiB: this
+# process, the Spark session's Python workers and the subprocesses that tests start (CLI, Connect,
+# notebooks) inherit it, and each holds several engines at once (one per configuration the tests use).
+# At 1 GiB the suite peaked near 23 GB of a 23 GB machine; tests of pool pressure set their sizes.
+os.environ.setdefault("QUAIL_CPU_KV_POOL_MIB", "256")
 
 
 def _cuda_machine() -> bool:
