@@ -2,8 +2,8 @@
 
     python benchmarks/cpu_memory.py                      # local[4], SmolLM2, 1 GiB KV pool per worker
 
-Each Spark Python worker loads its own engine: the model and a fixed 1 GiB KV pool
-(gpu_worker/runtime.py, cpu_pool_bytes). The workload is enough distinct documents
+Each Spark Python worker loads its own engine: the model and a 1 GiB KV pool where memory allows
+(gpu_worker/runtime.py, CPU_POOL_BYTES). The workload is enough distinct documents
 that every worker's pool fills and evicts (its fresh tokens exceed the pool's
 slots; checked from the per-worker metrics files). A sampler thread reads VmRSS /
 VmHWM of the JVM and of every Python worker from /proc (benchmarks/proc_rss.py).
@@ -44,10 +44,10 @@ def pool_slots(model: str) -> tuple[int, int]:
 
     from gpu_worker import weights
     from gpu_worker.runner import KVCache
-    from gpu_worker.runtime import cpu_pool_bytes
+    from gpu_worker.runtime import CPU_POOL_BYTES
 
     per_slot = KVCache.bytes_per_slot(weights.resolve(model).config, torch.float32)
-    return cpu_pool_bytes() // per_slot // 16 * 16, per_slot
+    return CPU_POOL_BYTES // per_slot // 16 * 16, per_slot  # the default's ceiling: enough to fill it
 
 
 def per_worker_fresh(metrics_dir: str) -> dict[int, int]:

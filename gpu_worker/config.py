@@ -125,8 +125,9 @@ class EngineConfig:
     dtype: "float32", "bfloat16" or "float16"; default float32 on CPU, bfloat16 on CUDA.
     token_budget: most new tokens per forward pass (default: 2048 on CPU, 32768 on CUDA).
     kv_pool_tokens: KV slots (tokens); default on CUDA sized from free memory, on CPU
-        a fixed 1 GiB of KV (23,296 tokens for SmolLM2 in float32; the environment variable
-        QUAIL_CPU_KV_POOL_MIB sets another default), allocated when the engine loads.
+        1 GiB of KV (23,296 tokens for SmolLM2 in float32), less where the Python worker's share
+        of the machine's memory is smaller (runtime.cpu_pool_bytes; the environment variable
+        QUAIL_CPU_KV_POOL_MIB sets the size), allocated when the engine loads.
     prefix_cache: share prefixes between prompts (off: every prompt from scratch).
     on_overflow: "error" (name the row) or "truncate" (cut the document, never the question).
     max_prompt_tokens: longest prompt; default the model's context length.

@@ -77,7 +77,7 @@ class Engine:
             if cfg.quantize == "fp8":
                 model.quantize_fp8(keep=False)
             self.model = model
-            self.rt.size_pool(src.config)
+            self.rt.size_pool(src.config, sum(t.numel() * t.element_size() for t in model.state_dict().values()))
             kv = KVCache(src.config.num_layers, self.rt.kv_slots, src.config.num_kv_heads,
                          src.config.head_dim, self.rt.dtype, self.rt.device)
         # the parts: the runner computes passes, `passes` plans them over the prefix tree (the scheduler

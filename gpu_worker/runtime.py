@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -16,25 +17,80 @@ from .runner import KVCache
 log = logging.getLogger("gpu_worker")
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-# Default KV pool on CPU: 1 GiB per engine whatever the model (SmolLM2 in float32: 23,296 tokens of
-# 45 KiB), so a Spark Python worker needs the model + 1 GiB + its own overhead (README, "CPU memory").
-# QUAIL_CPU_KV_POOL_MIB in the environment (of the driver, or spark.executorEnv.*) sets another default.
+# Default KV pool on CPU: 1 GiB per engine (SmolLM2 in float32: 23,296 tokens of 45 KiB), less where
+# this Python worker's share of the machine's memory is smaller (`cpu_pool_bytes`); a Spark Python
+# worker needs the model + the pool + its own overhead (README, "CPU memory").
+# QUAIL_CPU_KV_POOL_MIB in the environment (of the driver, or spark.executorEnv.*) sets the size.
 CPU_POOL_BYTES = 1 << 30
+CPU_POOL_MIN_BYTES = 64 << 20
 CPU_POOL_ENV = "QUAIL_CPU_KV_POOL_MIB"
+# one Spark Python worker's Python, torch, pyspark and Arrow beside weights and pool (~870 MiB measured)
+CPU_WORKER_OVERHEAD = 900 << 20
 
 
-def cpu_pool_bytes() -> int:
-    """The default CPU KV pool of an engine whose config leaves kv_pool_tokens unset."""
-    raw = os.environ.get(CPU_POOL_ENV)
-    if raw is None or raw.strip() == "":
-        return CPU_POOL_BYTES
+def available_memory() -> int | None:
+    """Bytes the machine can still give (Linux MemAvailable, capped by a cgroup v2 limit), or None."""
+    avail = None
     try:
-        mib = int(raw)
-    except ValueError:
-        mib = 0
-    if mib < 1:
-        raise ValueError(f"{CPU_POOL_ENV} must be a whole number of MiB >= 1, got {raw!r}")
-    return mib << 20
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    avail = int(line.split()[1]) << 10
+                    break
+    except (OSError, ValueError):
+        return None
+    try:
+        with open("/sys/fs/cgroup/memory.max") as f:
+            limit = f.read().strip()
+        with open("/sys/fs/cgroup/memory.current") as f:
+            used = int(f.read().strip())
+        if limit != "max" and avail is not None:
+            avail = min(avail, int(limit) - used)
+    except (OSError, ValueError):
+        pass
+    return avail
+
+
+def workers_sharing() -> int:
+    """Python workers that may load an engine on this machine at once: inside a Spark task, the
+    cores this process may run on divided by the task's cpus (what local[N] or one executor per host
+    runs at once); outside Spark, one."""
+    if "pyspark.taskcontext" not in sys.modules:  # not a Spark Python worker (they import it first)
+        return 1
+    tc = sys.modules["pyspark.taskcontext"].TaskContext.get()
+    if tc is None:
+        return 1
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores // max(1, tc.cpus()))
+
+
+def cpu_pool_bytes(weights_bytes: int = 0) -> int:
+    """The CPU KV pool of an engine whose config leaves kv_pool_tokens unset: QUAIL_CPU_KV_POOL_MIB,
+    else 1 GiB, or less where this worker's share of memory is smaller. The share: Spark's
+    PYSPARK_EXECUTOR_MEMORY_MB (spark.executor.pyspark.memory split among the executor's workers),
+    less the weights and a worker's overhead; else 80% of what the machine has available once the
+    other workers sharing it have loaded their weights, split among them all. At least 64 MiB."""
+    raw = os.environ.get(CPU_POOL_ENV)
+    if raw is not None and raw.strip() != "":
+        try:
+            mib = int(raw)
+        except ValueError:
+            mib = 0
+        if mib < 1:
+            raise ValueError(f"{CPU_POOL_ENV} must be a whole number of MiB >= 1, got {raw!r}")
+        return mib << 20
+    spark_mb = os.environ.get("PYSPARK_EXECUTOR_MEMORY_MB", "").strip()
+    if spark_mb.isdigit():
+        share = (int(spark_mb) << 20) - weights_bytes - CPU_WORKER_OVERHEAD
+    else:
+        avail = available_memory()
+        if avail is None:
+            return CPU_POOL_BYTES
+        n = workers_sharing()
+        share = int(0.8 * (avail - (n - 1) * (weights_bytes + CPU_WORKER_OVERHEAD)) / n)
+    return max(CPU_POOL_MIN_BYTES, min(CPU_POOL_BYTES, share))
+
+
 CUDA_POOL_MAX_TOKENS = 1 << 23  # a small model does not take the whole GPU (8M tokens: 1.1 TiB for Qwen3-4B)
 CTX_PER_BUDGET = 16  # context tokens a pass may read (distinct, gathered per layer) per token of its budget
 
@@ -86,9 +142,9 @@ class Runtime:
         max_pos = min(cfg.max_prompt_tokens or mcfg.max_position, mcfg.max_position)
         return cls(cfg, device, DTYPES[name], ops, budget, max_pos, ctx_budget=CTX_PER_BUDGET * budget)
 
-    def size_pool(self, mcfg: ModelConfig):
+    def size_pool(self, mcfg: ModelConfig, weights_bytes: int = 0):
         """KV slots: the configured number (`kv_pool_tokens`), else on CUDA what free memory
-        allows and on CPU a fixed 1 GiB (`cpu_pool_bytes`: QUAIL_CPU_KV_POOL_MIB sets another)."""
+        allows and on CPU 1 GiB or this worker's share of memory (`cpu_pool_bytes`)."""
         per_slot = KVCache.bytes_per_slot(mcfg, self.dtype)
         if self.config.kv_pool_tokens:
             slots = self.config.kv_pool_tokens
@@ -104,7 +160,7 @@ class Runtime:
             if slots < 4096:
                 raise RuntimeError(f"GPU has {free / 2**30:.1f} GiB free after weights: too little for the KV pool")
         else:
-            slots = cpu_pool_bytes() // per_slot
+            slots = cpu_pool_bytes(weights_bytes) // per_slot
         self.kv_slots = max(16, slots // 16 * 16)
         log.info("KV pool: %d slots (%.2f GiB), token budget %d, context budget %d", self.kv_slots,
                  self.kv_slots * per_slot / 2**30, self.token_budget, self.ctx_budget)

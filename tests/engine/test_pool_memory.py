@@ -1,5 +1,6 @@
-"""The CPU KV pool's default size (QUAIL_CPU_KV_POOL_MIB), and an engine dropped gives its pool back
-at once: no reference cycle keeps it until the next full garbage collection."""
+"""The CPU KV pool's default size (1 GiB, or the worker's share of memory; QUAIL_CPU_KV_POOL_MIB),
+and an engine dropped gives its pool back at once: no reference cycle keeps it until the next full
+garbage collection."""
 from __future__ import annotations
 
 import gc
@@ -9,14 +10,46 @@ import pytest
 
 from gpu_worker import Engine, EngineConfig
 from gpu_worker.runner import KVCache
-from gpu_worker.runtime import CPU_POOL_BYTES, CPU_POOL_ENV, cpu_pool_bytes
+from gpu_worker import runtime
+from gpu_worker.runtime import CPU_POOL_BYTES, CPU_POOL_ENV, CPU_WORKER_OVERHEAD, cpu_pool_bytes
 
 TINY = EngineConfig(model="tiny-llama-random", device="cpu")
 
 
-def test_the_default_pool_follows_the_environment(monkeypatch):
+MIB = 1 << 20
+
+
+def test_the_default_pool_is_1_gib_where_memory_allows(monkeypatch):
     monkeypatch.delenv(CPU_POOL_ENV, raising=False)
-    assert cpu_pool_bytes() == CPU_POOL_BYTES == 1 << 30
+    monkeypatch.delenv("PYSPARK_EXECUTOR_MEMORY_MB", raising=False)
+    monkeypatch.setattr(runtime, "available_memory", lambda: 40 << 30)
+    assert runtime.workers_sharing() == 1  # outside a Spark task
+    assert cpu_pool_bytes(513 * MIB) == CPU_POOL_BYTES == 1 << 30
+    monkeypatch.setattr(runtime, "available_memory", lambda: None)  # not known: the 1 GiB
+    assert cpu_pool_bytes(513 * MIB) == CPU_POOL_BYTES
+
+
+def test_the_default_pool_shrinks_to_the_workers_share(monkeypatch):
+    monkeypatch.delenv(CPU_POOL_ENV, raising=False)
+    monkeypatch.delenv("PYSPARK_EXECUTOR_MEMORY_MB", raising=False)
+    weights = 513 * MIB
+    monkeypatch.setattr(runtime, "available_memory", lambda: 1000 * MIB)
+    assert cpu_pool_bytes(weights) == 800 * MIB  # one worker: 80% of what is available
+    monkeypatch.setattr(runtime, "workers_sharing", lambda: 4)  # three more workers will load their weights
+    avail = 8 << 30
+    monkeypatch.setattr(runtime, "available_memory", lambda: avail)
+    assert cpu_pool_bytes(weights) == int(0.8 * (avail - 3 * (weights + CPU_WORKER_OVERHEAD)) / 4)
+    monkeypatch.setattr(runtime, "available_memory", lambda: 3 << 30)
+    assert cpu_pool_bytes(weights) == 64 * MIB  # never below the floor
+    # spark.executor.pyspark.memory: Spark hands each worker its share; weights and overhead come off it
+    monkeypatch.setenv("PYSPARK_EXECUTOR_MEMORY_MB", "2000")
+    assert cpu_pool_bytes(weights) == 2000 * MIB - weights - CPU_WORKER_OVERHEAD
+    monkeypatch.setenv("PYSPARK_EXECUTOR_MEMORY_MB", "20000")
+    assert cpu_pool_bytes(weights) == CPU_POOL_BYTES
+
+
+def test_the_environment_sets_the_default_pool(monkeypatch):
+    monkeypatch.setenv("PYSPARK_EXECUTOR_MEMORY_MB", "1")  # the explicit size wins over any share
     monkeypatch.setenv(CPU_POOL_ENV, "3")
     eng = Engine(TINY)
     per_slot = KVCache.bytes_per_slot(eng.model_config, eng.rt.dtype)
