@@ -68,8 +68,8 @@ def cpu_pool_bytes(weights_bytes: int = 0) -> int:
     """The CPU KV pool of an engine whose config leaves kv_pool_tokens unset: QUAIL_CPU_KV_POOL_MIB,
     else 1 GiB, or less where this worker's share of memory is smaller. The share: Spark's
     PYSPARK_EXECUTOR_MEMORY_MB (spark.executor.pyspark.memory split among the executor's workers),
-    less the weights and a worker's overhead; else 80% of what the machine has available once the
-    other workers sharing it have loaded their weights, split among them all. At least 64 MiB."""
+    less the weights and a worker's overhead; else 80% of what the machine has available less the
+    weights and overhead of the other workers sharing it, split among them all. At least 64 MiB."""
     raw = os.environ.get(CPU_POOL_ENV)
     if raw is not None and raw.strip() != "":
         try:
@@ -88,6 +88,9 @@ def cpu_pool_bytes(weights_bytes: int = 0) -> int:
             return CPU_POOL_BYTES
         n = workers_sharing()
         share = int(0.8 * (avail - (n - 1) * (weights_bytes + CPU_WORKER_OVERHEAD)) / n)
+    if share < CPU_POOL_BYTES:
+        log.info("CPU KV pool below 1 GiB: this worker's share of memory is %d MiB (%s sets the size)",
+                 max(share, 0) >> 20, CPU_POOL_ENV)
     return max(CPU_POOL_MIN_BYTES, min(CPU_POOL_BYTES, share))
 
 
