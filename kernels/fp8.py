@@ -4,8 +4,8 @@ A row x is stored as q = clamp(x / s, -448, 448) in float8_e4m3fn with
 s = max|x| / 448 (float32, one per row), so x ~= q * s. Weights get the same
 per-output-row scheme once; a projection is then
 `torch._scaled_mm(q_x, q_w.t(), scale_a=s_x [T, 1], scale_b=s_w [1, N])` with
-bf16 output (Hopper's FP8 tensor cores, about twice the bf16 rate); the torch reference is
-kernels/quant_ref.py.
+bf16 output (Hopper's FP8 tensor cores, about twice the bf16 rate; gpu_worker/quant.py
+calls it with fast accumulation); the torch reference is kernels/quant_ref.py.
 
 The kernels here produce (q, s) where the bf16 path produces x: after RMSNorm
 (rmsnorm.py, QUANT), after SiLU-and-mul, and from a plain row (the attention
