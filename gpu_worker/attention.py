@@ -85,16 +85,27 @@ def attend_fast(q, k, v, causal: bool):
     return o, lse.float()
 
 
+PREFIXED_CAUSAL_FROM = 384  # query rows from which attend_prefixed runs one square causal call
+
+
 def attend_prefixed(q, k, v, C: int):
     """Causal attention of L query rows over C prefix keys (all visible) + their own L keys, no LSE.
 
     q: [S, n_q, L, d]; k, v: [S, n_kv, C + L, d] -> out [S, n_q, L, d]. Row i sees keys j <= C + i
     (right padding is harmless: padded rows are dropped by the caller). One fused SDPA call with
-    grouped-query heads native (no repeated K/V, no query rows for the prefix).
+    grouped-query heads native (no repeated K/V). Below PREFIXED_CAUSAL_FROM rows the call takes a
+    mask and no query rows for the prefix; from there on it is causal over [prefix; rows] with C zero
+    query rows put first (dropped after), which lets the CPU flash kernel skip the blocks above the
+    diagonal: SmolLM2's shape on one core, 1 x 1,200 rows after 40, 21 ms against 35 masked; 2 x
+    300 rows, 4.8 against 4.7.
     """
     L = q.shape[2]
+    gqa = q.shape[1] != k.shape[1]
+    if L >= PREFIXED_CAUSAL_FROM:
+        qz = torch.cat([q.new_zeros(q.shape[0], q.shape[1], C, q.shape[3]), q], 2)
+        return torch.nn.functional.scaled_dot_product_attention(qz, k, v, is_causal=True, enable_gqa=gqa)[:, :, C:]
     ok = torch.arange(C + L, device=q.device)[None, :] <= torch.arange(L, device=q.device)[:, None] + C
-    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=ok, enable_gqa=q.shape[1] != k.shape[1])
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=ok, enable_gqa=gqa)
 
 
 def merge(o_a, lse_a, o_b, lse_b):

@@ -1,6 +1,7 @@
 """Pool and prefix tree bookkeeping (pure Python)."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from gpu_worker.kv_pool import PagePool
@@ -52,21 +53,22 @@ def test_scheduler_serves_every_request_once_under_a_tiny_budget():
     assert sched.fresh == 40 + 6 * 5 and sched.regret == 0
 
 
-def test_folded_and_split_context_attention_agree():
+@pytest.mark.parametrize("lens", [[7, 13, 1], [400, 9]])  # the second: the square causal call (>= 384 rows)
+def test_folded_and_split_context_attention_agree(lens):
     """A short context folded into the causal call equals the split + LSE-merge path (float32 math)."""
     import torch
 
-    from gpu_worker.attention import AttnMeta, Group, attend, split_attention_torch
+    from gpu_worker.attention import PREFIXED_CAUSAL_FROM, AttnMeta, Group, attend, split_attention_torch
 
+    assert max(lens) >= PREFIXED_CAUSAL_FROM or max(lens) < 20
     g = torch.Generator().manual_seed(0)
     n_q, n_kv, d, C = 6, 2, 16, 40
-    lens = [7, 13, 1]
     T = sum(lens)
     q, k, v = (torch.randn(T, h, d, generator=g) for h in (n_q, n_kv, n_kv))
     kc, vc = (torch.randn(C + 5, n_kv, d, generator=g) for _ in range(2))
     slots = torch.arange(3, C + 3)
-    cu = [0, 7, 20, 21]
-    meta = AttnMeta(cu_seqlens=cu, groups=[Group(slots, 0, 3, 0, T)],
+    cu = [0] + np.cumsum(lens).tolist()
+    meta = AttnMeta(cu_seqlens=cu, groups=[Group(slots, 0, len(lens), 0, T)],
                     write_slots=torch.full((T,), -1), logit_index=torch.zeros(0, dtype=torch.long))
     folded = split_attention_torch(q, k, v, kc, vc, meta, fold_ctx=C)
     split = split_attention_torch(q, k, v, kc, vc, meta, fold_ctx=0)

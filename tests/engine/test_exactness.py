@@ -85,3 +85,20 @@ def test_answer_ids_are_single_yes_no_tokens(smol_engine):
     assert {tok.decode([i]).strip().lower() for i in t} <= {"yes", "true"}
     assert {tok.decode([i]).strip().lower() for i in f} <= {"no", "false"}
     assert not set(t) & set(f)
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_long_documents_after_a_cached_frame_match_transformers(model, smol_engine):
+    """Documents of 400-800 tokens after the chat frame already in the cache: their rows attend to
+    the frame and themselves in one call (gpu_worker.attention.attend_prefixed, square causal from
+    PREFIXED_CAUSAL_FROM rows), packed two to a pass."""
+    eng = smol_engine if model == "smollm2-135m" else Engine(EngineConfig(model=model))
+    hf = hf_model(eng)
+    eng.filter(["A warm-up document."], ["Is the document short?"])  # the frame is cached from here on
+    words = " ".join(DOCS).split()
+    docs = [" ".join(words[: 2 * n] * 4)[: 6 * n] for n in (330, 520)]
+    lens = [len(eng.render_filter(d, QUESTIONS[0])) for d in docs]
+    assert min(lens) > 450 and max(lens) < 2048, lens
+    f = eng.filter(docs, QUESTIONS[:2])
+    want = np.array([[hf_margin(hf, eng, eng.render_filter(d, q)) for q in QUESTIONS[:2]] for d in docs])
+    assert np.abs(f - want).max() <= 1e-3, np.abs(f - want).max()
