@@ -19,11 +19,23 @@ FP8 = torch.float8_e4m3fn
 
 
 @triton.jit
-def store_quant(q_ptr, s_ptr, row, stride_q, cols, mask, y):
-    """Quantize the float32 row y (already rounded to the activation dtype) and store (q, scale)."""
-    scale = tl.maximum(tl.max(tl.abs(y), axis=0), 1e-12) / 448.0
+def row_scale(amax):
+    """The scale of a row whose largest |value| is amax."""
+    return tl.maximum(amax, 1e-12) / 448.0
+
+
+@triton.jit
+def store_scaled(q_ptr, row, stride_q, cols, mask, y, scale):
+    """Store y / scale (clamped to e4m3's range) at the row's columns `cols`."""
     q = tl.minimum(tl.maximum(y / scale, -448.0), 448.0)
     tl.store(q_ptr + row * stride_q + cols, q.to(q_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def store_quant(q_ptr, s_ptr, row, stride_q, cols, mask, y):
+    """Quantize the float32 row y (already rounded to the activation dtype) and store (q, scale)."""
+    scale = row_scale(tl.max(tl.abs(y), axis=0))
+    store_scaled(q_ptr, row, stride_q, cols, mask, y, scale)
     tl.store(s_ptr + row, scale)
 
 

@@ -20,7 +20,7 @@ import triton
 import triton.language as tl
 
 from kernels import quant_ref
-from kernels._quant import finish, quant_buffers, store_quant
+from kernels._quant import finish, quant_buffers, row_scale, store_quant, store_scaled
 from kernels._util import FLOAT_DTYPES, block_size, check_device, check_tensor, num_warps_for
 from kernels.rmsnorm import _check as _check_norm
 from kernels.rmsnorm import _launch as _norm_launch
@@ -56,11 +56,9 @@ def _silu_mul_quant_kernel(gu_ptr, q_ptr, s_ptr, F, stride_gu, stride_q, A: tl.c
     mb = cb < F
     ya = _silu_row(gu_ptr, row, stride_gu, F, ca, ma)
     yb = _silu_row(gu_ptr, row, stride_gu, F, cb, mb)
-    scale = tl.maximum(tl.maximum(tl.max(tl.abs(ya), axis=0), tl.max(tl.abs(yb), axis=0)), 1e-12) / 448.0
-    qa = tl.minimum(tl.maximum(ya / scale, -448.0), 448.0)
-    qb = tl.minimum(tl.maximum(yb / scale, -448.0), 448.0)
-    tl.store(q_ptr + row * stride_q + ca, qa.to(q_ptr.dtype.element_ty), mask=ma)
-    tl.store(q_ptr + row * stride_q + cb, qb.to(q_ptr.dtype.element_ty), mask=mb)
+    scale = row_scale(tl.maximum(tl.max(tl.abs(ya), axis=0), tl.max(tl.abs(yb), axis=0)))
+    store_scaled(q_ptr, row, stride_q, ca, ma, ya, scale)
+    store_scaled(q_ptr, row, stride_q, cb, mb, yb, scale)
     tl.store(s_ptr + row, scale)
 
 
@@ -76,13 +74,19 @@ def quant_rows(x: torch.Tensor):
     return finish(q, s)
 
 
+def two_tiles(n: int) -> tuple[int, int]:
+    """Power-of-two tiles (A, B), A + B >= n, of `_silu_mul_quant_kernel`'s row: A the largest power of
+    two <= n (at least 16), B what is left, rounded up (at least 16)."""
+    a = max(16, block_size(n + 1) // 2)
+    return a, max(16, block_size(n - a))
+
+
 def silu_and_mul_fp8(gate_up: torch.Tensor):
     """silu(gate) * up rounded to gate_up's dtype, then quantized: (q [T, F], scale [T, 1])."""
     T, F = check_gate_up(gate_up)
     q, s = quant_buffers(T, F, gate_up.device)
     if T and F:
-        A = max(16, block_size(F + 1) // 2)  # the largest power of two <= F
-        B = max(16, block_size(F - A))
+        A, B = two_tiles(F)
         _silu_mul_quant_kernel[(T,)](gate_up, q, s, F, gate_up.stride(0), q.stride(0), A=A, B=B,
                                      num_warps=num_warps_for(A))
     return finish(q, s)

@@ -54,12 +54,11 @@ def _two_pass_kernel(gu_ptr, q_ptr, s_ptr, F, stride_gu, stride_q, BLOCK: tl.con
 
 
 def shipped_warps(gate_up, warps):
-    from kernels.fp8 import _silu_mul_quant_kernel
+    from kernels.fp8 import _silu_mul_quant_kernel, two_tiles
     T, F = gate_up.shape[0], gate_up.shape[1] // 2
     q = torch.empty((T, F), dtype=torch.float8_e4m3fn, device=gate_up.device)
     s = torch.empty((T, 1), dtype=torch.float32, device=gate_up.device)
-    A = max(16, 1 << (F.bit_length() - 1))
-    B = max(16, 1 << max(F - A - 1, 0).bit_length())
+    A, B = two_tiles(F)
     _silu_mul_quant_kernel[(T,)](gate_up, q, s, F, gate_up.stride(0), q.stride(0), A=A, B=B, num_warps=warps)
     return q, s
 
