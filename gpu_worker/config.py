@@ -133,8 +133,11 @@ class EngineConfig:
     max_prompt_tokens: longest prompt; default the model's context length.
     quantize: None (projections in `dtype`) or "fp8": projection weights and
         activations in float8 e4m3 with per-row scales (torch._scaled_mm;
-        Hopper-class GPUs, emulated on CPU). Faster, not exact: margins move
-        (see BENCHMARKS.md for the measured sign agreement).
+        Hopper-class GPUs, emulated on CPU); on the GPU a join's attention to
+        its shared contexts (an anchor's cached keys) also runs on float8 keys,
+        values, queries and probabilities (kernels/kv_fp8.py; the environment
+        variable QUAIL_FP8_ATTENTION=0 keeps it in `dtype`). Faster, not exact:
+        margins move (see BENCHMARKS.md for the measured sign agreement).
     """
 
     model: str = "smollm2-135m"

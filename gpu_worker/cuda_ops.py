@@ -305,7 +305,9 @@ class CudaOps:
     read short contexts inside the Triton kernel (AttnPlan); long_attn
     (sequences over TRITON_MAX_Q tokens): "seg" (kernels.seg_attention,
     causal) or "flash"; ctx_config: launch settings of the segment kernel over
-    CTX_CONFIG; repeat_kv: flash attention on K/V heads repeated per query head.
+    CTX_CONFIG; repeat_kv: flash attention on K/V heads repeated per query head; ctx_fp8: the fused
+    context attention on float8 keys, values, queries and probabilities (kernels.kv_fp8; the FP8
+    engine's default: its Hopper tensor cores run that attention at twice the bf16 rate).
     """
 
     name = "cuda"
@@ -313,12 +315,13 @@ class CudaOps:
 
     def __init__(self, use_triton: bool | None = None, self_attn: str = "auto", ctx_attn: str = "fused",
                  fold: bool = True, repeat_kv: bool = False, ctx_config: dict | None = None,
-                 long_attn: str = "seg"):
+                 long_attn: str = "seg", ctx_fp8: bool = False):
         self.kernels = _load_kernels(use_triton)
         if self.kernels is None:  # no Triton here: flash attention only
             self_attn, ctx_attn, long_attn, fold = "flash", "flash", "flash", False
         self.self_attn, self.ctx_attn, self.fold, self.repeat_kv = self_attn, ctx_attn, fold, repeat_kv
         self.long_attn = long_attn
+        self.ctx_fp8 = ctx_fp8 and ctx_attn == "fused" and self.kernels is not None
         self.short_max = TRITON_MAX_Q
         self.ctx_config = dict(CTX_CONFIG, **(ctx_config or {}))
         self.name = "cuda+triton" if self.kernels is not None else "cuda"
@@ -375,16 +378,20 @@ class CudaOps:
         cp = plan.ctx_part
         if cp is None:
             return out
-        kc = k_cache.index_select(0, plan.ctx_slots)  # [C, n_kv, d], once per layer for all groups
-        vc = v_cache.index_select(0, plan.ctx_slots)
         if self.ctx_attn == "fused":  # in place: out/lse of the self part are merged in the epilogue
             launch = self._launch(on_gpu, q.shape[2])
+            # the keys of every group, once per layer: [C, n_kv, d] (float8: V transposed, and the scales)
+            if self.ctx_fp8:
+                kc, vc, launch["amax"] = self.kernels.gather_fp8(k_cache, v_cache, plan.ctx_slots)
+            else:
+                kc, vc = k_cache.index_select(0, plan.ctx_slots), v_cache.index_select(0, plan.ctx_slots)
             self.kernels.seg_attention(q, kc, vc, plan.ctx_seg, cp.items, cp.block_t, out=out, lse=lse, merge=True,
                                        **launch)
             if plan.ctx_seg2 is not None:  # the rest of each context below a shared base, merged after it
                 self.kernels.seg_attention(q, kc, vc, plan.ctx_seg2, plan.ctx_items2, cp.block_t, out=out, lse=lse,
                                            merge=True, **launch)
             return out
+        kc, vc = k_cache.index_select(0, plan.ctx_slots), v_cache.index_select(0, plan.ctx_slots)
         rows = plan.ctx_rows
         qc = q[plan.ctx_lo:] if rows is None else q.index_select(0, rows)
         if self.ctx_attn == "triton" or not on_gpu:

@@ -24,6 +24,7 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 CPU_POOL_BYTES = 1 << 30
 CPU_POOL_MIN_BYTES = 64 << 20
 CPU_POOL_ENV = "QUAIL_CPU_KV_POOL_MIB"
+FP8_ATTENTION_ENV = "QUAIL_FP8_ATTENTION"
 # one Spark Python worker's Python, torch, pyspark and Arrow beside weights and pool (~870 MiB measured)
 CPU_WORKER_OVERHEAD = 900 << 20
 
@@ -139,7 +140,9 @@ class Runtime:
         if device.type == "cuda" and cfg.use_triton is not False:
             from .cuda_ops import CudaOps
 
-            ops = CudaOps(use_triton=cfg.use_triton)
+            # FP8: a join's context attention on float8 too, unless QUAIL_FP8_ATTENTION=0 (projections only)
+            fp8_attn = cfg.quantize == "fp8" and os.environ.get(FP8_ATTENTION_ENV, "1") != "0"
+            ops = CudaOps(use_triton=cfg.use_triton, ctx_fp8=fp8_attn)
         # CUDA: 32768 measured ~2% faster than 16384 on FILTER and JOIN (H200, BENCHMARKS.md)
         budget = cfg.token_budget or (32768 if device.type == "cuda" else 2048)
         max_pos = min(cfg.max_prompt_tokens or mcfg.max_position, mcfg.max_position)

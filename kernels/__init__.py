@@ -40,7 +40,7 @@ if _triton is not None:
     from kernels.rope import qk_norm_rope, qk_norm_rope_ref
     from kernels.silu_mul import silu_and_mul, silu_and_mul_ref
     from kernels.varlen_attention import varlen_attention, varlen_attention_ref
-    from kernels.varlen_attention import varlen_attention, varlen_attention_ref
+    from kernels.kv_fp8 import gather_fp8, gather_fp8_ref
 
     __all__ = [
         "triton_available",
@@ -50,6 +50,7 @@ if _triton is not None:
         "merge_attn", "merge_attn_ref",
         "seg_attention", "seg_attention_ref", "varlen_attention", "varlen_attention_ref",
         "quant_rows", "quant_rows_ref", "rmsnorm_fp8", "fused_add_rmsnorm_fp8", "silu_and_mul_fp8",
+        "gather_fp8", "gather_fp8_ref",
     ]
 else:
     __all__ = ["triton_available"]

@@ -1,0 +1,123 @@
+"""kernels.kv_fp8 (a context gathered into float8) and kernels.seg_attention on it, against torch.
+
+In Triton's interpreter the attention keeps the query and the probabilities in float32 (its float8
+conversion is wrong, kernels/_quant.py), so there it must match the float32 attention over the
+dequantized keys and values closely; compiled on a GPU they are float8 too, and the error is
+bounded against the same reference and against attention over the unquantized context.
+"""
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from kernels._util import interpreter_active  # noqa: E402
+from kernels.kv_fp8 import dequant, gather_fp8, gather_fp8_ref, padded  # noqa: E402
+from kernels.seg_attention import seg_attention, seg_attention_ref, seg_block_t, seg_items, segments  # noqa: E402
+
+DEVICE = "cpu" if interpreter_active() else ("cuda" if torch.cuda.is_available() else None)
+if DEVICE is None:
+    pytest.skip("needs Triton's interpreter or a CUDA device", allow_module_level=True)
+
+
+def _pool(S, n_kv, d, seed, dtype=torch.bfloat16):
+    g = torch.Generator().manual_seed(seed)
+    # channels of very different sizes (as a key norm's weights make them) and one outlier row
+    k = torch.randn(S, n_kv, d, generator=g) * torch.linspace(0.05, 8.0, d)
+    v = torch.randn(S, n_kv, d, generator=g)
+    k[S // 3] *= 20
+    return k.to(dtype), v.to(dtype), g
+
+
+def _rel_rms(a, b):
+    return float((a - b).pow(2).mean().sqrt() / b.pow(2).mean().sqrt())
+
+
+@pytest.mark.parametrize("C", [0, 1, 64, 203])
+def test_gather_matches_ref(C):
+    k, v, g = _pool(300, 2, 32, C)
+    slots = torch.randperm(300, generator=g)[:C].to(torch.int32)
+    k8, vt8, amax = gather_fp8(k.to(DEVICE), v.to(DEVICE), slots.to(DEVICE))
+    r8, rvt8, ramax = gather_fp8_ref(k, v, slots)
+    assert k8.dtype == vt8.dtype == torch.float8_e4m3fn
+    assert tuple(vt8.shape) == (2, 32, padded(C)) and vt8.is_contiguous()
+    torch.testing.assert_close(amax.cpu(), ramax, rtol=0, atol=0)
+    got, want = dequant(k8.cpu(), vt8.cpu(), amax.cpu(), C), dequant(r8, rvt8, ramax, C)
+    for a, b in zip(got, want):
+        if DEVICE == "cpu":
+            assert torch.equal(a, b)
+        else:  # the GPU's float32 division may round a value to the neighbouring float8 step
+            assert bool(((a - b).abs() <= 0.13 * b.abs() + 1e-30).all())
+    # float8 e4m3: about 2^-4 relative error per value, none lost to the range
+    k_ref = k.index_select(0, slots.long()).float()
+    if C:
+        assert bool(((got[0] - k_ref).abs() <= 0.07 * k_ref.abs() + amax[0].cpu() / 448 * 2 ** -6).all())
+
+
+def _attention_case(n_q, n_kv, d, q_lens, k_lens, merge, seed, block_n=16, **launch):
+    q_start = np.concatenate([[2], 2 + np.cumsum(np.asarray(q_lens) + 2)[:-1]])
+    k_start = np.concatenate([[0], np.cumsum(k_lens)[:-1]])
+    seg = segments(q_start, q_lens, k_start, k_lens)
+    T, C = int(q_start[-1] + q_lens[-1] + 2), int(sum(k_lens))
+    k, v, g = _pool(C + 50, n_kv, d, seed)
+    slots = torch.randperm(C + 50, generator=g)[:C]
+    q = torch.randn(T, n_q, d, generator=g).to(torch.bfloat16)
+    out0, lse0 = torch.randn(T, n_q, d, generator=g).to(torch.bfloat16), torch.randn(T, n_q, generator=g) + 3
+    k8, vt8, amax = gather_fp8(k.to(DEVICE), v.to(DEVICE), slots.to(DEVICE))
+    bt = seg_block_t(n_q // n_kv, 128)
+    items = torch.from_numpy(seg_items(seg[1], bt)).to(DEVICE)
+    out, lse = seg_attention(q.to(DEVICE), k8, vt8, torch.from_numpy(seg).to(DEVICE), items, bt, merge=merge,
+                             out=out0.clone().to(DEVICE), lse=lse0.clone().to(DEVICE), amax=amax, block_n=block_n,
+                             **launch)
+    rows = np.concatenate([np.arange(s, s + n) for s, n in zip(seg[0], seg[1])])
+    other = np.setdiff1d(np.arange(T), rows)
+    out, lse = out.cpu(), lse.cpu()
+    assert torch.equal(out[other], out0[other]) and torch.equal(lse[other], lse0[other])
+    kd, vd = dequant(k8.cpu(), vt8.cpu(), amax.cpu(), C)
+    ref_o, ref_l = seg_attention_ref(q, kd, vd, seg, out=out0, lse=lse0, merge=merge)
+    exact_o, _ = seg_attention_ref(q, k.index_select(0, slots), v.index_select(0, slots), seg, out=out0, lse=lse0,
+                                   merge=merge)
+    return out.float()[rows], lse[rows], ref_o[rows], ref_l[rows], exact_o[rows]
+
+
+@pytest.mark.parametrize("merge", [False, True])
+@pytest.mark.parametrize("lens", [([5, 17], [70, 3]), ([40], [129]), ([1, 9], [64, 1])])
+def test_fp8_context_attention_matches_ref(merge, lens):
+    o, lse, ref_o, ref_l, exact_o = _attention_case(8, 2, 32, *lens, merge, seed=sum(lens[1]))
+    if DEVICE == "cpu":  # query and probabilities in float32 here: only the output's bf16 rounding
+        torch.testing.assert_close(o, ref_o, atol=2e-2, rtol=2e-2)
+        torch.testing.assert_close(lse, ref_l, atol=1e-4, rtol=1e-4)
+    else:  # the query's and the probabilities' float8 rounding on top
+        assert _rel_rms(o, ref_o) < 0.03
+        torch.testing.assert_close(lse, ref_l, atol=0.15, rtol=0.02)
+    assert _rel_rms(o, exact_o) < 0.06  # against the unquantized context
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="the production launch (TMA, 128-key tiles) runs compiled only")
+def test_fp8_production_launch():
+    """The engine's launch on the H200 (gpu_worker.cuda_ops.CTX_CONFIG) on a join's shape."""
+    from gpu_worker.cuda_ops import CTX_CONFIG
+
+    launch = {k: CTX_CONFIG[k] for k in ("num_warps", "num_stages", "tma")}
+    o, lse, ref_o, ref_l, exact_o = _attention_case(32, 8, 128, [1013, 45, 7], [5003, 129, 4100], True, seed=3,
+                                                    block_n=CTX_CONFIG["block_n"], **launch)
+    assert _rel_rms(o, ref_o) < 0.03
+    torch.testing.assert_close(lse, ref_l, atol=0.15, rtol=0.02)
+    assert _rel_rms(o, exact_o) < 0.06
+
+
+def test_fp8_bad_arguments():
+    k, v, _ = _pool(20, 2, 16, 0)
+    k8, vt8, amax = gather_fp8(k.to(DEVICE), v.to(DEVICE), torch.arange(20, device=DEVICE))
+    q = torch.randn(6, 4, 16, device=DEVICE).to(torch.bfloat16)
+    seg = torch.from_numpy(segments([0], [6], [0], [20])).to(DEVICE)
+    items = torch.from_numpy(seg_items([6], 8)).to(DEVICE)
+    with pytest.raises(ValueError, match="non-causal"):
+        seg_attention(q, k8, vt8, seg, items, 8, causal=True, amax=amax)
+    with pytest.raises(ValueError, match=r"v: expected shape \(2, 16, 32\)"):
+        seg_attention(q, k8, vt8[..., :20], seg, items, 8, amax=amax)
+    with pytest.raises(ValueError, match="power-of-two head size"):
+        gather_fp8(torch.zeros(4, 1, 12, device=DEVICE), torch.zeros(4, 1, 12, device=DEVICE),
+                   torch.arange(4, device=DEVICE))
