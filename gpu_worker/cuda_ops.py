@@ -43,6 +43,9 @@ FOLD_CTX_SOLO = 1024  # ... and one this long when a single sequence uses it (no
 # step, warps, pipeline depth, keys through tensor descriptors (H200: 575 TFLOP/s on the JOIN context,
 # benchmarks/probes/results/attn_probe.json)
 CTX_CONFIG = {"block_m": 128, "block_n": 128, "num_warps": 8, "num_stages": 3, "tma": True}
+# ... and on float8 keys and values (ctx_fp8): the full blocks through pointer loads (with
+# tensor descriptors the float8 kernel stops with an illegal instruction on the H200, Triton 3.6)
+FP8_CTX_CONFIG = dict(CTX_CONFIG, tma=False)
 
 
 @dataclass
@@ -379,7 +382,7 @@ class CudaOps:
         if cp is None:
             return out
         if self.ctx_attn == "fused":  # in place: out/lse of the self part are merged in the epilogue
-            launch = self._launch(on_gpu, q.shape[2])
+            launch = self._launch(on_gpu, q.shape[2], self.ctx_fp8)
             # the keys of every group, once per layer: [C, n_kv, d] (float8: V transposed, and the scales)
             if self.ctx_fp8:
                 kc, vc, launch["amax"] = self.kernels.gather_fp8(k_cache, v_cache, plan.ctx_slots)
@@ -407,10 +410,10 @@ class CudaOps:
             out.index_copy_(0, rows, merged)
         return out
 
-    def _launch(self, on_gpu: bool, head_dim: int) -> dict:
+    def _launch(self, on_gpu: bool, head_dim: int, fp8: bool = False) -> dict:
         if not on_gpu:  # Triton's interpreter: the launcher's defaults
             return {}
-        c = self.ctx_config
+        c = dict(self.ctx_config, tma=FP8_CTX_CONFIG["tma"]) if fp8 else self.ctx_config
         if head_dim > 128:  # K and V tiles of 128 x d x 3 stages would not fit in shared memory
             return {"block_n": 64, "num_warps": c["num_warps"], "num_stages": 2, "tma": c["tma"]}
         return {"block_n": c["block_n"], "num_warps": c["num_warps"], "num_stages": c["num_stages"], "tma": c["tma"]}

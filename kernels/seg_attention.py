@@ -120,14 +120,16 @@ def _seg_attn_kernel(
         vp = v_ptr + (k_lo + cols).to(tl.int64)[:, None] * s_vt + kvh * D + dd[None, :]
         v_step = s_vt
     for j in range(0, n_full):
-        if TMA:
+        if TMA % 2 == 1:
             kb = k_desc.load([k_lo + j * BLOCK_N, kvh * D])
+        else:
+            kb = tl.load(kp + j * BLOCK_N * s_kt)
+        if TMA >= 2:
             if FP8:
                 vb = v_desc.load([kvh * D, k_lo + j * BLOCK_N])
             else:
                 vb = v_desc.load([k_lo + j * BLOCK_N, kvh * D])
         else:
-            kb = tl.load(kp + j * BLOCK_N * s_kt)
             vb = tl.load(vp + j * BLOCK_N * v_step)
         if UPCAST:
             kb = kb.to(tl.float32)
@@ -233,19 +235,23 @@ def seg_attention(q, k, v, seg, items, block_t, *, causal=False, out=None, lse=N
     cpu = q.device.type == "cpu"
     if block_n is None:
         block_n = 64 if cpu else 128
+    if fp8:  # float8 dots take at least 32 along k (P @ V's k is the key block)
+        block_n = max(block_n, 32)
     if num_warps is None:
         num_warps = 8 if block_m >= 128 else 4
     if num_stages is None:
         num_stages = 2 if cpu else 3
-    use_tma = bool(tma) and not cpu and not interpreter_active()
+    # full key blocks through tensor descriptors: 1 keys, 2 values, 3 both
+    use_tma = 0 if cpu or interpreter_active() else {False: 0, True: 3, "k": 1, "v": 2}[tma]
     k_desc = v_desc = None
     if use_tma:
         from triton.tools.tensor_descriptor import TensorDescriptor
 
-        k_desc = TensorDescriptor.from_tensor(k.reshape(k.shape[0], n_kv * d), [block_n, d])
-        if fp8:
+        if use_tma & 1:
+            k_desc = TensorDescriptor.from_tensor(k.reshape(k.shape[0], n_kv * d), [block_n, d])
+        if use_tma & 2 and fp8:
             v_desc = TensorDescriptor.from_tensor(v.reshape(n_kv * d, v.shape[2]), [d, block_n])
-        else:
+        elif use_tma & 2:
             v_desc = TensorDescriptor.from_tensor(v.reshape(v.shape[0], n_kv * d), [block_n, d])
     _seg_attn_kernel[(n_items, n_kv)](
         q, k, v, k_desc, v_desc, out, lse, items, seg, amax,

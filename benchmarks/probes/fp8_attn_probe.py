@@ -26,19 +26,22 @@ import torch
 import triton
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
-from gpu_worker.cuda_ops import CTX_CONFIG  # noqa: E402
+from gpu_worker.cuda_ops import CTX_CONFIG, FP8_CTX_CONFIG  # noqa: E402
 from kernels.kv_fp8 import gather_fp8  # noqa: E402
 from kernels.seg_attention import seg_attention, seg_block_t, seg_items, segments  # noqa: E402
 
-VARIANTS = {  # name: (block_m, block_n, num_warps, num_stages)
-    "engine": (CTX_CONFIG["block_m"], CTX_CONFIG["block_n"], CTX_CONFIG["num_warps"], CTX_CONFIG["num_stages"]),
-    "s2": (128, 128, 8, 2),
-    "s4": (128, 128, 8, 4),
-    "n64_s4": (128, 64, 8, 4),
-    "w4": (128, 128, 4, 3),
-    "m256": (256, 128, 8, 3),
-    "m256_n64": (256, 64, 8, 3),
-    "m64_w4": (64, 128, 4, 3),
+VARIANTS = {  # name: (block_m, block_n, num_warps, num_stages, tma: False, True, "k" or "v")
+    "engine": tuple(FP8_CTX_CONFIG[k] for k in ("block_m", "block_n", "num_warps", "num_stages", "tma")),
+    "t0": (128, 128, 8, 3, False),
+    "t0_s2": (128, 128, 8, 2, False),
+    "t0_s4": (128, 128, 8, 4, False),
+    "t0_n64": (128, 64, 8, 3, False),
+    "t0_w4": (128, 128, 4, 3, False),
+    "t0_m256": (256, 128, 8, 3, False),
+    "t0_m64_w4": (64, 128, 4, 3, False),
+    "tk": (128, 128, 8, 3, "k"),
+    "tv": (128, 128, 8, 3, "v"),
+    "tkv": (128, 128, 8, 3, True),
 }
 
 
@@ -48,6 +51,9 @@ def main() -> int:
     ap.add_argument("--anchor-tokens", type=int, default=5140)
     ap.add_argument("--q-rows", type=int, default=10143)
     ap.add_argument("--out", default=".")
+    ap.add_argument("--variants", default=",".join(VARIANTS), help="float8 launches to time (a launch that fails "
+                    "on the device can end the process: list those last, or alone)")
+    ap.add_argument("--name", default="fp8_attn_probe.json")
     a = ap.parse_args()
     dev = torch.device("cuda")
     torch.manual_seed(0)
@@ -75,11 +81,11 @@ def main() -> int:
                              num_stages=CTX_CONFIG["num_stages"], tma=CTX_CONFIG["tma"])
 
     def fp8_layer(kc_pool, vc_pool, variant="engine", gathered=None):
-        bm, bn, w, s = VARIANTS[variant]
+        bm, bn, w, s, tma = VARIANTS[variant]
         items, bt = items_for(bm)
         k8, vt8, amax = gathered or gather_fp8(kc_pool, vc_pool, slots)
         return seg_attention(q, k8, vt8, seg, items, bt, out=out0.clone(), lse=lse0.clone(), merge=True,
-                             block_n=bn, num_warps=w, num_stages=s, tma=True, amax=amax)
+                             block_n=bn, num_warps=w, num_stages=s, tma=tma, amax=amax)
 
     for scale in (1.0, 4.0):
         kp = (torch.randn(pool, n_kv, d, device=dev) * scale).to(torch.bfloat16)
@@ -102,12 +108,14 @@ def main() -> int:
         num_warps=CTX_CONFIG["num_warps"], num_stages=CTX_CONFIG["num_stages"], tma=CTX_CONFIG["tma"]))
     tm["fp8_gather_ms"] = bench(lambda: gather_fp8(kp, vp, slots))
     g8 = gather_fp8(kp, vp, slots)
-    for name, (bm, bn, w, s) in VARIANTS.items():
+    for name in a.variants.split(","):
+        bm, bn, w, s, tma = VARIANTS[name]
         it, bt = items_for(bm)
         try:
             tm[f"fp8_attention_{name}_ms"] = bench(lambda: seg_attention(
                 q, g8[0], g8[1], seg, it, bt, out=o1, lse=l1, merge=False, block_n=bn, num_warps=w,
-                num_stages=s, tma=True, amax=g8[2]))
+                num_stages=s, tma=tma, amax=g8[2]))
+            torch.cuda.synchronize()
         except Exception as e:  # noqa: BLE001 (a launch that does not fit is a result)
             tm[f"fp8_attention_{name}_ms"] = f"{type(e).__name__}: {str(e)[:200]}"
         print(name, tm[f"fp8_attention_{name}_ms"], flush=True)
@@ -115,7 +123,7 @@ def main() -> int:
                      for k, v in tm.items() if "attention" in k and isinstance(v, float)}
     print(json.dumps(res, indent=1))
     os.makedirs(a.out, exist_ok=True)
-    with open(os.path.join(a.out, "fp8_attn_probe.json"), "w") as f:
+    with open(os.path.join(a.out, a.name), "w") as f:
         json.dump(res, f, indent=1)
     return 0
 
