@@ -43,9 +43,10 @@ FOLD_CTX_SOLO = 1024  # ... and one this long when a single sequence uses it (no
 # step, warps, pipeline depth, keys through tensor descriptors (H200: 575 TFLOP/s on the JOIN context,
 # benchmarks/probes/results/attn_probe.json)
 CTX_CONFIG = {"block_m": 128, "block_n": 128, "num_warps": 8, "num_stages": 3, "tma": True}
-# ... and on float8 keys and values (ctx_fp8): the full blocks through pointer loads (with
-# tensor descriptors the float8 kernel stops with an illegal instruction on the H200, Triton 3.6)
-FP8_CTX_CONFIG = dict(CTX_CONFIG, tma=False)
+# ... and on float8 keys (ctx_fp8; the values stay 16-bit: with float8 values Triton 3.6 on the H200
+# runs the kernel at 226-299 TFLOP/s through pointer loads and stops with an illegal instruction through
+# tensor descriptors, benchmarks/probes/results/h200_829e812/fp8_attn_probe.json)
+FP8_CTX_CONFIG = dict(CTX_CONFIG)
 
 
 @dataclass
@@ -309,8 +310,8 @@ class CudaOps:
     (sequences over TRITON_MAX_Q tokens): "seg" (kernels.seg_attention,
     causal) or "flash"; ctx_config: launch settings of the segment kernel over
     CTX_CONFIG; repeat_kv: flash attention on K/V heads repeated per query head; ctx_fp8: the fused
-    context attention on float8 keys, values, queries and probabilities (kernels.kv_fp8; the FP8
-    engine's default: its Hopper tensor cores run that attention at twice the bf16 rate).
+    context attention's scores from float8 keys and queries (kernels.kv_fp8; the FP8 engine's default
+    on the GPU: Hopper's tensor cores run that product at twice the bf16 rate).
     """
 
     name = "cuda"
@@ -385,7 +386,7 @@ class CudaOps:
             launch = self._launch(on_gpu, q.shape[2], self.ctx_fp8)
             # the keys of every group, once per layer: [C, n_kv, d] (float8: V transposed, and the scales)
             if self.ctx_fp8:
-                kc, vc, launch["amax"] = self.kernels.gather_fp8(k_cache, v_cache, plan.ctx_slots)
+                kc, vc, launch["amax"] = self.kernels.gather_fp8(k_cache, v_cache, plan.ctx_slots, values=False)
             else:
                 kc, vc = k_cache.index_select(0, plan.ctx_slots), v_cache.index_select(0, plan.ctx_slots)
             self.kernels.seg_attention(q, kc, vc, plan.ctx_seg, cp.items, cp.block_t, out=out, lse=lse, merge=True,
@@ -413,7 +414,7 @@ class CudaOps:
     def _launch(self, on_gpu: bool, head_dim: int, fp8: bool = False) -> dict:
         if not on_gpu:  # Triton's interpreter: the launcher's defaults
             return {}
-        c = dict(self.ctx_config, tma=FP8_CTX_CONFIG["tma"]) if fp8 else self.ctx_config
+        c = dict(self.ctx_config, **FP8_CTX_CONFIG) if fp8 else self.ctx_config
         if head_dim > 128:  # K and V tiles of 128 x d x 3 stages would not fit in shared memory
             return {"block_n": 64, "num_warps": c["num_warps"], "num_stages": 2, "tma": c["tma"]}
         return {"block_n": c["block_n"], "num_warps": c["num_warps"], "num_stages": c["num_stages"], "tma": c["tma"]}

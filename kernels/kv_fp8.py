@@ -31,7 +31,8 @@ def _load_rows(ptr, slots, ok, stride, h, D: tl.constexpr):
 
 
 @triton.jit
-def _amax_kernel(k_ptr, v_ptr, slots_ptr, amax_ptr, C, s_k, s_v, n_kv, ROWS: tl.constexpr, D: tl.constexpr):
+def _amax_kernel(k_ptr, v_ptr, slots_ptr, amax_ptr, C, s_k, s_v, n_kv, ROWS: tl.constexpr, D: tl.constexpr,
+                 VALUES: tl.constexpr):
     r = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     h = tl.program_id(1)
     ok = r < C
@@ -39,28 +40,30 @@ def _amax_kernel(k_ptr, v_ptr, slots_ptr, amax_ptr, C, s_k, s_v, n_kv, ROWS: tl.
     dd = tl.arange(0, D)
     k = _load_rows(k_ptr, slots, ok, s_k, h, D)
     tl.atomic_max(amax_ptr + h * D + dd, tl.max(tl.abs(k), 0))
-    v = _load_rows(v_ptr, slots, ok, s_v, h, D)
-    tl.atomic_max(amax_ptr + (n_kv + h) * D + dd, tl.max(tl.abs(v), 0))
+    if VALUES:
+        v = _load_rows(v_ptr, slots, ok, s_v, h, D)
+        tl.atomic_max(amax_ptr + (n_kv + h) * D + dd, tl.max(tl.abs(v), 0))
 
 
 @triton.jit
 def _quant_kernel(k_ptr, v_ptr, slots_ptr, amax_ptr, k8_ptr, vt8_ptr, C, Cp, s_k, s_v, n_kv,
-                  ROWS: tl.constexpr, D: tl.constexpr):
+                  ROWS: tl.constexpr, D: tl.constexpr, VALUES: tl.constexpr):
     r = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     h = tl.program_id(1)
     ok = r < C
     slots = tl.load(slots_ptr + r, mask=ok, other=0).to(tl.int64)
     dd = tl.arange(0, D)
     ks = row_scale(tl.load(amax_ptr + h * D + dd))
-    vs = row_scale(tl.load(amax_ptr + (n_kv + h) * D + dd))
     k = _load_rows(k_ptr, slots, ok, s_k, h, D)
     kq = tl.minimum(tl.maximum(k / ks[None, :], -448.0), 448.0)
     tl.store(k8_ptr + r.to(tl.int64)[:, None] * (n_kv * D) + h * D + dd[None, :], kq.to(k8_ptr.dtype.element_ty),
              mask=ok[:, None])
-    v = _load_rows(v_ptr, slots, ok, s_v, h, D)
-    vq = tl.trans(tl.minimum(tl.maximum(v / vs[None, :], -448.0), 448.0))  # [D, ROWS]
-    tl.store(vt8_ptr + (h * D + dd).to(tl.int64)[:, None] * Cp + r[None, :], vq.to(vt8_ptr.dtype.element_ty),
-             mask=ok[None, :])
+    if VALUES:
+        vs = row_scale(tl.load(amax_ptr + (n_kv + h) * D + dd))
+        v = _load_rows(v_ptr, slots, ok, s_v, h, D)
+        vq = tl.trans(tl.minimum(tl.maximum(v / vs[None, :], -448.0), 448.0))  # [D, ROWS]
+        tl.store(vt8_ptr + (h * D + dd).to(tl.int64)[:, None] * Cp + r[None, :], vq.to(vt8_ptr.dtype.element_ty),
+                 mask=ok[None, :])
 
 
 def padded(c: int) -> int:
@@ -68,10 +71,11 @@ def padded(c: int) -> int:
     return -(-c // 16) * 16
 
 
-def gather_fp8(k_cache, v_cache, slots):
+def gather_fp8(k_cache, v_cache, slots, values: bool = True):
     """k_cache, v_cache [S, n_kv, d] (16-bit or float32, heads contiguous); slots int [C] ->
     (k8 float8 [C, n_kv, d], vt8 float8 [n_kv, d, Cp], amax float32 [2, n_kv, d]): the gathered rows,
-    V transposed, and the channels' absolute maxima (scale = max(amax, 1e-12) / 448, kernels._quant)."""
+    V transposed, and the channels' absolute maxima (scale = max(amax, 1e-12) / 448, kernels._quant).
+    values=False: float8 keys only; V comes back gathered as it is ([C, n_kv, d]), amax[1] zero."""
     check_tensor("k_cache", k_cache, ndim=3, dtypes=(torch.float16, torch.bfloat16, torch.float32))
     S, n_kv, d = k_cache.shape
     check_tensor("v_cache", v_cache, shape=(None, n_kv, d), dtype=k_cache.dtype)
@@ -89,26 +93,36 @@ def gather_fp8(k_cache, v_cache, slots):
     # the scaled values in float32 and torch casts them
     buf = torch.float32 if interpreter_active() else FP8
     k8 = torch.empty((C, n_kv, d), dtype=buf, device=dev)
-    vt8 = torch.zeros((n_kv, d, cp), dtype=buf, device=dev) if cp != C else \
-        torch.empty((n_kv, d, cp), dtype=buf, device=dev)
+    if not values:
+        vt8 = None
+    elif cp != C:
+        vt8 = torch.zeros((n_kv, d, cp), dtype=buf, device=dev)
+    else:
+        vt8 = torch.empty((n_kv, d, cp), dtype=buf, device=dev)
     amax = torch.zeros((2, n_kv, d), dtype=torch.float32, device=dev)
     if C:
         grid = (triton.cdiv(C, ROWS), n_kv)
         args = (k_cache, v_cache, slots, amax)
-        _amax_kernel[grid](*args, C, k_cache.stride(0), v_cache.stride(0), n_kv, ROWS=ROWS, D=d, num_warps=4)
+        _amax_kernel[grid](*args, C, k_cache.stride(0), v_cache.stride(0), n_kv, ROWS=ROWS, D=d, VALUES=values,
+                           num_warps=4)
         _quant_kernel[grid](*args, k8, vt8, C, cp, k_cache.stride(0), v_cache.stride(0), n_kv, ROWS=ROWS, D=d,
-                            num_warps=4)
+                            VALUES=values, num_warps=4)
+    if not values:
+        return k8.to(FP8) if buf != FP8 else k8, v_cache.index_select(0, slots), amax
     if buf != FP8:
         k8, vt8 = k8.to(FP8), vt8.to(FP8)
     return k8, vt8, amax
 
 
-def gather_fp8_ref(k_cache, v_cache, slots):
+def gather_fp8_ref(k_cache, v_cache, slots, values: bool = True):
     """torch reference of `gather_fp8`."""
     idx = slots.long()
     k, v = k_cache.index_select(0, idx).float(), v_cache.index_select(0, idx).float()
     amax = torch.stack([k.abs().amax(0), v.abs().amax(0)]) if len(idx) else \
         torch.zeros((2,) + tuple(k_cache.shape[1:]), device=k_cache.device)
+    if not values:
+        amax[1] = 0
+        return (k / (amax[0].clamp_min(1e-12) / 448.0)).clamp(-448, 448).to(FP8), v_cache.index_select(0, idx), amax
     s = amax.clamp_min(1e-12) / 448.0
     k8 = (k / s[0]).clamp(-448, 448).to(FP8)
     vt = (v / s[1]).clamp(-448, 448).permute(1, 2, 0)
@@ -118,6 +132,9 @@ def gather_fp8_ref(k_cache, v_cache, slots):
 
 
 def dequant(k8, vt8, amax, C):
-    """float32 (k, v) [C, n_kv, d] of a gather: what the FP8 attention computes with."""
+    """float32 (k, v) [C, n_kv, d] of a gather: what the FP8 attention computes with (vt8 may be the
+    16-bit V of values=False)."""
     s = amax.clamp_min(1e-12) / 448.0
+    if vt8.dtype != FP8:
+        return k8.float() * s[0], vt8.float()
     return k8.float() * s[0], vt8[..., :C].float().permute(2, 0, 1) * s[1]

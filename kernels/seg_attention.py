@@ -40,8 +40,9 @@ P_SCALE = tl.constexpr(256.0)
 
 @triton.jit
 def _seg_step(q, acc, m_i, l_i, kb, vb, ok, qk_scale, MASKED: tl.constexpr, FP8: tl.constexpr):
-    # FP8: qk_scale is per row ([BLOCK_M, 1]: the query's scale folded in) and vb a block of the
-    # transposed V ([D, BLOCK_N], the K-major operand), multiplied by probabilities scaled by P_SCALE
+    # FP8 (1: float8 keys, 2: and values): qk_scale is per row ([BLOCK_M, 1]: the query's scale folded
+    # in); with float8 values vb is a block of the transposed V ([D, BLOCK_N], the K-major operand),
+    # multiplied by probabilities scaled by P_SCALE
     s = tl.dot(q, tl.trans(kb)) * qk_scale  # log2 units
     if MASKED:
         s = tl.where(ok, s, float("-inf"))
@@ -49,7 +50,7 @@ def _seg_step(q, acc, m_i, l_i, kb, vb, ok, qk_scale, MASKED: tl.constexpr, FP8:
     alpha = tl.exp2(m_i - m_new)
     p = tl.exp2(s - m_new[:, None])
     l_i = l_i * alpha + tl.sum(p, 1)
-    if FP8:
+    if FP8 == 2:
         acc = acc * alpha[:, None] + tl.dot((p * P_SCALE).to(vb.dtype), tl.trans(vb))
     else:
         acc = acc * alpha[:, None] + tl.dot(p.to(vb.dtype), vb)
@@ -80,7 +81,8 @@ def _seg_attn_kernel(
     q = tl.load(q_ptr + rows[:, None] * s_qt + head[:, None] * s_qh + dd[None, :], mask=row_ok[:, None], other=0.0)
     if FP8:  # K's channel scales fold into the query, which is quantized per row; V's scale into the output
         ks = row_scale(tl.load(amax_ptr + kvh * D + dd))
-        vs = row_scale(tl.load(amax_ptr + (n_kv + kvh) * D + dd)) / P_SCALE
+        if FP8 == 2:
+            vs = row_scale(tl.load(amax_ptr + (n_kv + kvh) * D + dd)) / P_SCALE
         qf = q.to(tl.float32) * ks[None, :]
         sq = row_scale(tl.max(tl.abs(qf), 1))
         q = tl.minimum(tl.maximum(qf / sq[:, None], -448.0), 448.0)
@@ -98,7 +100,7 @@ def _seg_attn_kernel(
         m_i = tl.where(has_b, lse_b * 1.4426950408889634, float("-inf"))
         l_i = tl.where(has_b, 1.0, 0.0)
         o_b = tl.load(o_ptrs, mask=row_ok[:, None], other=0.0).to(tl.float32)
-        if FP8:
+        if FP8 == 2:
             o_b = o_b / vs[None, :]
         acc = tl.where(has_b[:, None], o_b, 0.0)
     else:
@@ -113,7 +115,7 @@ def _seg_attn_kernel(
         n_full = k_len // BLOCK_N
         hi = k_len
     kp = k_ptr + (k_lo + cols).to(tl.int64)[:, None] * s_kt + kvh * D + dd[None, :]
-    if FP8:  # V transposed: [n_kv, D, C] with row stride s_vt
+    if FP8 == 2:  # V transposed: [n_kv, D, C] with row stride s_vt
         vp = v_ptr + (kvh * D + dd).to(tl.int64)[:, None] * s_vt + (k_lo + cols)[None, :]
         v_step = 1
     else:
@@ -125,7 +127,7 @@ def _seg_attn_kernel(
         else:
             kb = tl.load(kp + j * BLOCK_N * s_kt)
         if TMA >= 2:
-            if FP8:
+            if FP8 == 2:
                 vb = v_desc.load([kvh * D, k_lo + j * BLOCK_N])
             else:
                 vb = v_desc.load([k_lo + j * BLOCK_N, kvh * D])
@@ -139,7 +141,7 @@ def _seg_attn_kernel(
         c = start + cols
         ok = c < k_len
         kb = tl.load(kp + start * s_kt, mask=ok[:, None], other=0.0)
-        if FP8:
+        if FP8 == 2:
             vb = tl.load(vp + start, mask=ok[None, :], other=0.0)
         else:
             vb = tl.load(vp + start * s_vt, mask=ok[:, None], other=0.0)
@@ -152,7 +154,7 @@ def _seg_attn_kernel(
         acc, m_i, l_i = _seg_step(q, acc, m_i, l_i, kb, vb, ok2, qk_scale, True, FP8)
     has = l_i > 0.0
     out = acc / tl.where(has, l_i, 1.0)[:, None]
-    if FP8:
+    if FP8 == 2:
         out = out * vs[None, :]
     lse = tl.where(has, (m_i + tl.log2(tl.where(has, l_i, 1.0))) * 0.6931471805599453, float("-inf"))
     tl.store(o_ptrs, out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None])
@@ -184,21 +186,24 @@ def seg_attention(q, k, v, seg, items, block_t, *, causal=False, out=None, lse=N
     [T, n_q] at the segments' query rows only (other rows untouched).
     merge=True: `out`/`lse` already hold a partial result for those rows,
     merged with this one by log-sum-exp. Returns (out, lse).
-    amax: float8 keys and values, as kernels.kv_fp8.gather_fp8 returns them (k8 [C, n_kv, d], v the
-    transposed vt8 [n_kv, d, Cp], amax [2, n_kv, d] their channel maxima); the query and the
-    probabilities are quantized in the kernel (non-causal only).
+    amax: float8 keys, as kernels.kv_fp8.gather_fp8 returns them (k8 [C, n_kv, d], amax [2, n_kv, d]
+    the channel maxima), and v either 16-bit [C, n_kv, d] or float8 transposed (vt8 [n_kv, d, Cp]);
+    the query (and with float8 values the probabilities) is quantized in the kernel (non-causal only).
     """
     check_tensor("q", q, ndim=3, dtypes=(torch.float16, torch.bfloat16, torch.float32))
     T, n_q, d = q.shape
-    fp8 = amax is not None
+    fp8 = 0 if amax is None else (2 if v.dtype == torch.float8_e4m3fn else 1)
     if fp8:
         from kernels.kv_fp8 import padded
 
         if causal:
-            raise ValueError("seg_attention: float8 keys and values are for the non-causal (context) form only")
+            raise ValueError("seg_attention: float8 keys are for the non-causal (context) form only")
         check_tensor("k", k, ndim=3, dtype=torch.float8_e4m3fn)
         n_kv = k.shape[1]
-        check_tensor("v", v, shape=(n_kv, d, padded(k.shape[0])), dtype=torch.float8_e4m3fn)
+        if fp8 == 2:
+            check_tensor("v", v, shape=(n_kv, d, padded(k.shape[0])), dtype=torch.float8_e4m3fn)
+        else:
+            check_tensor("v", v, shape=tuple(k.shape), dtype=q.dtype)
         check_tensor("amax", amax, shape=(2, n_kv, d), dtype=torch.float32)
         check_device(amax=amax, k=k)
     else:
@@ -208,11 +213,11 @@ def seg_attention(q, k, v, seg, items, block_t, *, causal=False, out=None, lse=N
     if n_q % n_kv or d & (d - 1) or k.shape[2] != d:
         raise ValueError(f"seg_attention: need n_q % n_kv == 0, a power-of-two head size and equal q/k sizes, "
                          f"got n_q={n_q}, n_kv={n_kv}, d={d}, k's d={k.shape[2]}")
-    for name, t in (("q", q), ("k", k)) + (() if fp8 else (("v", v),)):
+    for name, t in (("q", q), ("k", k)) + (() if fp8 == 2 else (("v", v),)):
         if t.stride(1) != d:
             raise ValueError(f"seg_attention: {name} must have contiguous heads (stride(1) == {d}), "
                              f"got strides {tuple(t.stride())}")
-    if fp8 and not v.is_contiguous():
+    if fp8 == 2 and not v.is_contiguous():
         raise ValueError("seg_attention: the transposed float8 V must be contiguous")
     check_tensor("seg", seg, ndim=2, dtype=torch.int32)
     check_tensor("items", items, ndim=2, dtype=torch.int32)
@@ -235,7 +240,7 @@ def seg_attention(q, k, v, seg, items, block_t, *, causal=False, out=None, lse=N
     cpu = q.device.type == "cpu"
     if block_n is None:
         block_n = 64 if cpu else 128
-    if fp8:  # float8 dots take at least 32 along k (P @ V's k is the key block)
+    if fp8 == 2:  # float8 dots take at least 32 along k (P @ V's k is the key block)
         block_n = max(block_n, 32)
     if num_warps is None:
         num_warps = 8 if block_m >= 128 else 4
@@ -249,13 +254,13 @@ def seg_attention(q, k, v, seg, items, block_t, *, causal=False, out=None, lse=N
 
         if use_tma & 1:
             k_desc = TensorDescriptor.from_tensor(k.reshape(k.shape[0], n_kv * d), [block_n, d])
-        if use_tma & 2 and fp8:
+        if use_tma & 2 and fp8 == 2:
             v_desc = TensorDescriptor.from_tensor(v.reshape(n_kv * d, v.shape[2]), [d, block_n])
         elif use_tma & 2:
             v_desc = TensorDescriptor.from_tensor(v.reshape(v.shape[0], n_kv * d), [block_n, d])
     _seg_attn_kernel[(n_items, n_kv)](
         q, k, v, k_desc, v_desc, out, lse, items, seg, amax,
-        n_items, seg.shape[1], n_kv, q.stride(0), q.stride(1), k.stride(0), v.stride(1) if fp8 else v.stride(0),
+        n_items, seg.shape[1], n_kv, q.stride(0), q.stride(1), k.stride(0), v.stride(1) if fp8 == 2 else v.stride(0),
         out.stride(0), out.stride(1), lse.stride(0), lse.stride(1),
         (1.0 / math.sqrt(d)) * LOG2E,
         REP=rep, BLOCK_T=block_t, BLOCK_M=block_m, BLOCK_N=block_n, D=d, CAUSAL=bool(causal), MERGE=bool(merge),

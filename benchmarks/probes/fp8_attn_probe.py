@@ -5,8 +5,10 @@ fresh tokens as one query segment; Qwen3-4B heads, 32 query / 8 KV, d=128), per 
 
 - bf16: the context gathered from the pool (`index_select` of K and V), then kernels.seg_attention
   merged into a partial result, as gpu_worker.cuda_ops runs it;
-- fp8: kernels.kv_fp8.gather_fp8 (K and V into float8 with channel scales, V transposed), then
-  kernels.seg_attention on it, at the engine's launch and at launch variants.
+- fp8: kernels.kv_fp8.gather_fp8 (K, or K and V, into float8 with channel scales, V transposed),
+  then kernels.seg_attention on it, at the engine's launch (float8 keys, 16-bit values) and at launch
+  variants, with float8 values among them (`kv_*`; `kv_tkv`, values through tensor descriptors,
+  stopped with an illegal instruction at 829e812: run it alone, last).
 
 Each is timed with triton.testing.do_bench (median ms); TFLOP/s = 4 * d * n_q * query rows * keys /
 time. The float8 result is compared with the bf16 one (relative RMS of the output, max |lse| diff)
@@ -30,18 +32,16 @@ from gpu_worker.cuda_ops import CTX_CONFIG, FP8_CTX_CONFIG  # noqa: E402
 from kernels.kv_fp8 import gather_fp8  # noqa: E402
 from kernels.seg_attention import seg_attention, seg_block_t, seg_items, segments  # noqa: E402
 
-VARIANTS = {  # name: (block_m, block_n, num_warps, num_stages, tma: False, True, "k" or "v")
-    "engine": tuple(FP8_CTX_CONFIG[k] for k in ("block_m", "block_n", "num_warps", "num_stages", "tma")),
-    "t0": (128, 128, 8, 3, False),
-    "t0_s2": (128, 128, 8, 2, False),
-    "t0_s4": (128, 128, 8, 4, False),
-    "t0_n64": (128, 64, 8, 3, False),
-    "t0_w4": (128, 128, 4, 3, False),
-    "t0_m256": (256, 128, 8, 3, False),
-    "t0_m64_w4": (64, 128, 4, 3, False),
-    "tk": (128, 128, 8, 3, "k"),
-    "tv": (128, 128, 8, 3, "v"),
-    "tkv": (128, 128, 8, 3, True),
+VARIANTS = {  # name: (block_m, block_n, num_warps, num_stages, tma: False, True, "k" or "v", float8 values)
+    "engine": tuple(FP8_CTX_CONFIG[k] for k in ("block_m", "block_n", "num_warps", "num_stages", "tma")) + (False,),
+    "k_s4": (128, 128, 8, 4, True, False),
+    "k_n64": (128, 64, 8, 3, True, False),
+    "k_n64_s4": (128, 64, 8, 4, True, False),
+    "k_m256_n64": (256, 64, 8, 3, True, False),
+    "kv_t0": (128, 128, 8, 3, False, True),
+    "kv_t0_n64": (128, 64, 8, 3, False, True),
+    "kv_tk": (128, 128, 8, 3, "k", True),
+    "kv_tkv": (128, 128, 8, 3, True, True),
 }
 
 
@@ -81,9 +81,9 @@ def main() -> int:
                              num_stages=CTX_CONFIG["num_stages"], tma=CTX_CONFIG["tma"])
 
     def fp8_layer(kc_pool, vc_pool, variant="engine", gathered=None):
-        bm, bn, w, s, tma = VARIANTS[variant]
+        bm, bn, w, s, tma, values = VARIANTS[variant]
         items, bt = items_for(bm)
-        k8, vt8, amax = gathered or gather_fp8(kc_pool, vc_pool, slots)
+        k8, vt8, amax = gathered or gather_fp8(kc_pool, vc_pool, slots, values)
         return seg_attention(q, k8, vt8, seg, items, bt, out=out0.clone(), lse=lse0.clone(), merge=True,
                              block_n=bn, num_warps=w, num_stages=s, tma=tma, amax=amax)
 
@@ -91,12 +91,13 @@ def main() -> int:
         kp = (torch.randn(pool, n_kv, d, device=dev) * scale).to(torch.bfloat16)
         vp = torch.randn(pool, n_kv, d, device=dev, dtype=torch.bfloat16)
         ob, lb = bf16_layer(kp, vp)
-        of, lf = fp8_layer(kp, vp)
-        res["accuracy"][f"key_scale_{scale:g}"] = {
-            "out_rel_rms": float((of.float() - ob.float()).pow(2).mean().sqrt() / ob.float().pow(2).mean().sqrt()),
-            "out_max_abs": float((of.float() - ob.float()).abs().max()),
-            "lse_max_abs": float((lf - lb).abs().max())}
-        print(scale, res["accuracy"][f"key_scale_{scale:g}"], flush=True)
+        for variant in ("engine", "kv_t0"):
+            of, lf = fp8_layer(kp, vp, variant)
+            res["accuracy"][f"{variant}_key_scale_{scale:g}"] = r = {
+                "out_rel_rms": float((of.float() - ob.float()).pow(2).mean().sqrt() / ob.float().pow(2).mean().sqrt()),
+                "out_max_abs": float((of.float() - ob.float()).abs().max()),
+                "lse_max_abs": float((lf - lb).abs().max())}
+            print(variant, scale, r, flush=True)
     tm = res["timings"]
     bench = lambda f: float(triton.testing.do_bench(f, warmup=50, rep=300))  # noqa: E731
     kc, vc = kp.index_select(0, slots), vp.index_select(0, slots)
@@ -107,10 +108,12 @@ def main() -> int:
         q, kc, vc, seg, items, bt, out=o1, lse=l1, merge=False, block_n=CTX_CONFIG["block_n"],
         num_warps=CTX_CONFIG["num_warps"], num_stages=CTX_CONFIG["num_stages"], tma=CTX_CONFIG["tma"]))
     tm["fp8_gather_ms"] = bench(lambda: gather_fp8(kp, vp, slots))
-    g8 = gather_fp8(kp, vp, slots)
+    tm["fp8_keys_gather_ms"] = bench(lambda: gather_fp8(kp, vp, slots, values=False))
+    gathers = {v: gather_fp8(kp, vp, slots, v) for v in (False, True)}
     for name in a.variants.split(","):
-        bm, bn, w, s, tma = VARIANTS[name]
+        bm, bn, w, s, tma, values = VARIANTS[name]
         it, bt = items_for(bm)
+        g8 = gathers[values]
         try:
             tm[f"fp8_attention_{name}_ms"] = bench(lambda: seg_attention(
                 q, g8[0], g8[1], seg, it, bt, out=o1, lse=l1, merge=False, block_n=bn, num_warps=w,

@@ -1,9 +1,11 @@
 """kernels.kv_fp8 (a context gathered into float8) and kernels.seg_attention on it, against torch.
 
-In Triton's interpreter the attention keeps the query and the probabilities in float32 (its float8
-conversion is wrong, kernels/_quant.py), so there it must match the float32 attention over the
-dequantized keys and values closely; compiled on a GPU they are float8 too, and the error is
-bounded against the same reference and against attention over the unquantized context.
+Float8 keys (the engine's FP8 path) and float8 keys and values (the kernel's other form). In Triton's
+interpreter the attention keeps the query and the probabilities in float32 (its float8 conversion is
+wrong, kernels/_quant.py), so there it must match the float32 attention over the dequantized context
+closely; compiled on a GPU they are float8 too, and the error is bounded against the same reference
+and against attention over the unquantized context. On the GPU the float8-values form runs with
+pointer loads (through tensor descriptors it stops with an illegal instruction, Triton 3.6).
 """
 import os
 
@@ -39,7 +41,10 @@ def _rel_rms(a, b):
 def test_gather_matches_ref(C):
     k, v, g = _pool(300, 2, 32, C)
     slots = torch.randperm(300, generator=g)[:C].to(torch.int32)
+    k8_only, v16, amax_k = gather_fp8(k.to(DEVICE), v.to(DEVICE), slots.to(DEVICE), values=False)
+    assert torch.equal(v16.cpu(), v.index_select(0, slots.long())) and not bool(amax_k[1].any())
     k8, vt8, amax = gather_fp8(k.to(DEVICE), v.to(DEVICE), slots.to(DEVICE))
+    assert torch.equal(k8_only.cpu().float(), k8.cpu().float()) and torch.equal(amax_k[0], amax[0])
     r8, rvt8, ramax = gather_fp8_ref(k, v, slots)
     assert k8.dtype == vt8.dtype == torch.float8_e4m3fn
     assert tuple(vt8.shape) == (2, 32, padded(C)) and vt8.is_contiguous()
@@ -56,7 +61,7 @@ def test_gather_matches_ref(C):
         assert bool(((got[0] - k_ref).abs() <= 0.07 * k_ref.abs() + amax[0].cpu() / 448 * 2 ** -6).all())
 
 
-def _attention_case(n_q, n_kv, d, q_lens, k_lens, merge, seed, block_n=16, **launch):
+def _attention_case(n_q, n_kv, d, q_lens, k_lens, merge, seed, block_n=16, values=True, **launch):
     q_start = np.concatenate([[2], 2 + np.cumsum(np.asarray(q_lens) + 2)[:-1]])
     k_start = np.concatenate([[0], np.cumsum(k_lens)[:-1]])
     seg = segments(q_start, q_lens, k_start, k_lens)
@@ -65,7 +70,7 @@ def _attention_case(n_q, n_kv, d, q_lens, k_lens, merge, seed, block_n=16, **lau
     slots = torch.randperm(C + 50, generator=g)[:C]
     q = torch.randn(T, n_q, d, generator=g).to(torch.bfloat16)
     out0, lse0 = torch.randn(T, n_q, d, generator=g).to(torch.bfloat16), torch.randn(T, n_q, generator=g) + 3
-    k8, vt8, amax = gather_fp8(k.to(DEVICE), v.to(DEVICE), slots.to(DEVICE))
+    k8, vt8, amax = gather_fp8(k.to(DEVICE), v.to(DEVICE), slots.to(DEVICE), values)
     bt = seg_block_t(n_q // n_kv, 128)
     items = torch.from_numpy(seg_items(seg[1], bt)).to(DEVICE)
     out, lse = seg_attention(q.to(DEVICE), k8, vt8, torch.from_numpy(seg).to(DEVICE), items, bt, merge=merge,
@@ -82,10 +87,12 @@ def _attention_case(n_q, n_kv, d, q_lens, k_lens, merge, seed, block_n=16, **lau
     return out.float()[rows], lse[rows], ref_o[rows], ref_l[rows], exact_o[rows]
 
 
+@pytest.mark.parametrize("values", [False, True], ids=["fp8_keys", "fp8_keys_values"])
 @pytest.mark.parametrize("merge", [False, True])
 @pytest.mark.parametrize("lens", [([5, 17], [70, 3]), ([40], [129]), ([1, 9], [64, 1])])
-def test_fp8_context_attention_matches_ref(merge, lens):
-    o, lse, ref_o, ref_l, exact_o = _attention_case(8, 2, 32, *lens, merge, seed=sum(lens[1]))
+def test_fp8_context_attention_matches_ref(merge, lens, values):
+    o, lse, ref_o, ref_l, exact_o = _attention_case(8, 2, 32, *lens, merge, seed=sum(lens[1]), values=values,
+                                                    **({} if DEVICE == "cpu" else {"tma": False}))
     if DEVICE == "cpu":  # query and probabilities in float32 here: only the output's bf16 rounding
         torch.testing.assert_close(o, ref_o, atol=2e-2, rtol=2e-2)
         torch.testing.assert_close(lse, ref_l, atol=1e-4, rtol=1e-4)
@@ -102,7 +109,7 @@ def test_fp8_production_launch():
 
     launch = {k: CFG[k] for k in ("num_warps", "num_stages", "tma")}
     o, lse, ref_o, ref_l, exact_o = _attention_case(32, 8, 128, [1013, 45, 7], [5003, 129, 4100], True, seed=3,
-                                                    block_n=CFG["block_n"], **launch)
+                                                    block_n=CFG["block_n"], values=False, **launch)
     assert _rel_rms(o, ref_o) < 0.05
     torch.testing.assert_close(lse, ref_l, atol=0.15, rtol=0.02)
     assert _rel_rms(o, exact_o) < 0.08
