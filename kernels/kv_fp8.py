@@ -6,7 +6,9 @@ gathered once per layer. Here they are gathered straight into float8 with one fl
 A channel scale factors out of both products of attention: for K it folds into the query
 (q . k = sum_d (q_d s_d) k8_d), for V into the output (sum_j p_j v_jd = s_d sum_j p_j v8_jd).
 V is written transposed, [n_kv, d, C] (C padded to 16), so that each key block is the K-major
-operand Hopper's FP8 tensor cores need in P @ V.
+operand Hopper's FP8 tensor cores need in P @ V. The engine's FP8 path gathers the keys alone
+(`values=False`: V stays 16-bit): with float8 values Triton 3.6's kernel ran slower than bf16 on
+the H200 (benchmarks/probes/results/h200_829e812/fp8_attn_probe.json).
 
 Two launches: the channels' absolute maxima (atomic max over row blocks), then the quantized
 copy. Both read the pool through the slot indices, as `index_select` would.
