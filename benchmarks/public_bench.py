@@ -311,6 +311,8 @@ def bio2(args, eng, dev, sz, rate, res):
              st["pct_sol"])
     dump(args, res)
     k = min(args.bio2_ids_anchors, len(anchors))
+    if k == 0:  # --bio2-ids-anchors 0: no ids-in subset
+        return
     a_ids = eng._tokenize(anchors[:k])
     p_ids = eng._tokenize(partners)
     sub = w.texts(k, lambda: int(w.rng.integers(4500, 5501)) if not args.smoke else 300)

@@ -415,6 +415,8 @@ class CudaOps:
         if not on_gpu:  # Triton's interpreter: the launcher's defaults
             return {}
         c = dict(self.ctx_config, **FP8_CTX_CONFIG) if fp8 else self.ctx_config
+        if fp8 and head_dim != 128:  # float8 keys through descriptors: measured (and checked) at d=128 only
+            c = dict(c, tma=False)
         if head_dim > 128:  # K and V tiles of 128 x d x 3 stages would not fit in shared memory
             return {"block_n": 64, "num_warps": c["num_warps"], "num_stages": 2, "tma": c["tma"]}
         return {"block_n": c["block_n"], "num_warps": c["num_warps"], "num_stages": c["num_stages"], "tma": c["tma"]}
