@@ -134,9 +134,9 @@ class EngineConfig:
     quantize: None (projections in `dtype`) or "fp8": projection weights and
         activations in float8 e4m3 with per-row scales (torch._scaled_mm;
         Hopper-class GPUs, emulated on CPU); on the GPU a join's attention to
-        its shared contexts (an anchor's cached keys) also runs on float8 keys,
-        values, queries and probabilities (kernels/kv_fp8.py; the environment
-        variable QUAIL_FP8_ATTENTION=0 keeps it in `dtype`). Faster, not exact:
+        its shared contexts (an anchor's cached keys) takes its scores from
+        float8 keys and queries (kernels/kv_fp8.py; the environment variable
+        QUAIL_FP8_ATTENTION=0 keeps them in `dtype`). Faster, not exact:
         margins move (see BENCHMARKS.md for the measured sign agreement).
     """
 

@@ -43,10 +43,6 @@ FOLD_CTX_SOLO = 1024  # ... and one this long when a single sequence uses it (no
 # step, warps, pipeline depth, keys through tensor descriptors (H200: 575 TFLOP/s on the JOIN context,
 # benchmarks/probes/results/attn_probe.json)
 CTX_CONFIG = {"block_m": 128, "block_n": 128, "num_warps": 8, "num_stages": 3, "tma": True}
-# ... and on float8 keys (ctx_fp8; the values stay 16-bit: with float8 values Triton 3.6 on the H200
-# runs the kernel at 226-299 TFLOP/s through pointer loads and stops with an illegal instruction through
-# tensor descriptors, benchmarks/probes/results/h200_829e812/fp8_attn_probe.json)
-FP8_CTX_CONFIG = dict(CTX_CONFIG)
 
 
 @dataclass
@@ -384,11 +380,12 @@ class CudaOps:
             return out
         if self.ctx_attn == "fused":  # in place: out/lse of the self part are merged in the epilogue
             launch = self._launch(on_gpu, q.shape[2], self.ctx_fp8)
-            # the keys of every group, once per layer: [C, n_kv, d] (float8: V transposed, and the scales)
+            # the keys of every group, once per layer: [C, n_kv, d] (float8 with their channel maxima)
             if self.ctx_fp8:
-                kc, vc, launch["amax"] = self.kernels.gather_fp8(k_cache, v_cache, plan.ctx_slots, values=False)
+                kc, launch["amax"] = self.kernels.gather_fp8(k_cache, plan.ctx_slots)
             else:
-                kc, vc = k_cache.index_select(0, plan.ctx_slots), v_cache.index_select(0, plan.ctx_slots)
+                kc = k_cache.index_select(0, plan.ctx_slots)
+            vc = v_cache.index_select(0, plan.ctx_slots)
             self.kernels.seg_attention(q, kc, vc, plan.ctx_seg, cp.items, cp.block_t, out=out, lse=lse, merge=True,
                                        **launch)
             if plan.ctx_seg2 is not None:  # the rest of each context below a shared base, merged after it
@@ -414,9 +411,9 @@ class CudaOps:
     def _launch(self, on_gpu: bool, head_dim: int, fp8: bool = False) -> dict:
         if not on_gpu:  # Triton's interpreter: the launcher's defaults
             return {}
-        c = dict(self.ctx_config, **FP8_CTX_CONFIG) if fp8 else self.ctx_config
+        c = self.ctx_config
         if fp8 and head_dim != 128:  # float8 keys through descriptors: measured (and checked) at d=128 only
-            c = dict(c, tma=False)
+            c = dict(c, tma=False)  # (at d=32 Triton 3.6 stopped with an illegal instruction on the H200)
         if head_dim > 128:  # K and V tiles of 128 x d x 3 stages would not fit in shared memory
             return {"block_n": 64, "num_warps": c["num_warps"], "num_stages": 2, "tma": c["tma"]}
         return {"block_n": c["block_n"], "num_warps": c["num_warps"], "num_stages": c["num_stages"], "tma": c["tma"]}

@@ -25,10 +25,15 @@ def row_scale(amax):
 
 
 @triton.jit
+def scaled(y, scale):
+    """y / scale clamped to e4m3's range (still float32)."""
+    return tl.minimum(tl.maximum(y / scale, -448.0), 448.0)
+
+
+@triton.jit
 def store_scaled(q_ptr, row, stride_q, cols, mask, y, scale):
     """Store y / scale (clamped to e4m3's range) at the row's columns `cols`."""
-    q = tl.minimum(tl.maximum(y / scale, -448.0), 448.0)
-    tl.store(q_ptr + row * stride_q + cols, q.to(q_ptr.dtype.element_ty), mask=mask)
+    tl.store(q_ptr + row * stride_q + cols, scaled(y, scale).to(q_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -39,10 +44,15 @@ def store_quant(q_ptr, s_ptr, row, stride_q, cols, mask, y):
     tl.store(s_ptr + row, scale)
 
 
+def buffer_dtype() -> torch.dtype:
+    """What a quantizing kernel writes: float8, or float32 in the interpreter (torch casts after)."""
+    return torch.float32 if interpreter_active() else FP8
+
+
 def quant_buffers(T: int, K: int, device):
     """(q, scale) output buffers of a quantizing kernel: [T, K] and float32 [T, 1]."""
-    dtype = torch.float32 if interpreter_active() else FP8
-    return torch.empty((T, K), dtype=dtype, device=device), torch.empty((T, 1), dtype=torch.float32, device=device)
+    return (torch.empty((T, K), dtype=buffer_dtype(), device=device),
+            torch.empty((T, 1), dtype=torch.float32, device=device))
 
 
 def finish(q: torch.Tensor, s: torch.Tensor):

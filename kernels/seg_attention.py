@@ -29,38 +29,29 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._quant import row_scale
+from kernels._quant import row_scale, scaled
 from kernels._util import check_device, check_tensor, interpreter_active, query_blocks
 
 LOG2E = 1.4426950408889634
-# FP8 path: probabilities (<= 1) times this before they round to e4m3, so that small ones keep
-# e4m3's normal range (2^-6 .. 448) down to 2^-14 instead of flushing below 2^-9
-P_SCALE = tl.constexpr(256.0)
 
 
 @triton.jit
-def _seg_step(q, acc, m_i, l_i, kb, vb, ok, qk_scale, MASKED: tl.constexpr, FP8: tl.constexpr):
-    # FP8 (1: float8 keys, 2: and values): qk_scale is per row ([BLOCK_M, 1]: the query's scale folded
-    # in); with float8 values vb is a block of the transposed V ([D, BLOCK_N], the K-major operand),
-    # multiplied by probabilities scaled by P_SCALE
-    s = tl.dot(q, tl.trans(kb)) * qk_scale  # log2 units
+def _seg_step(q, acc, m_i, l_i, kb, vb, ok, qk_scale, MASKED: tl.constexpr):
+    s = tl.dot(q, tl.trans(kb)) * qk_scale  # log2 units (float8 keys: qk_scale per row, [BLOCK_M, 1])
     if MASKED:
         s = tl.where(ok, s, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, 1))
     alpha = tl.exp2(m_i - m_new)
     p = tl.exp2(s - m_new[:, None])
     l_i = l_i * alpha + tl.sum(p, 1)
-    if FP8 == 2:
-        acc = acc * alpha[:, None] + tl.dot((p * P_SCALE).to(vb.dtype), tl.trans(vb))
-    else:
-        acc = acc * alpha[:, None] + tl.dot(p.to(vb.dtype), vb)
+    acc = acc * alpha[:, None] + tl.dot(p.to(vb.dtype), vb)
     return acc, m_new, l_i
 
 
 @triton.jit(do_not_specialize=["n_items", "n_seg"])
 def _seg_attn_kernel(
     q_ptr, k_ptr, v_ptr, k_desc, v_desc, o_ptr, lse_ptr, items_ptr, seg_ptr, amax_ptr,
-    n_items, n_seg, n_kv, s_qt, s_qh, s_kt, s_vt, s_ot, s_oh, s_lt, s_lh, qk_scale,
+    n_items, n_seg, s_qt, s_qh, s_kt, s_vt, s_ot, s_oh, s_lt, s_lh, qk_scale,
     REP: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
     CAUSAL: tl.constexpr, MERGE: tl.constexpr, TMA: tl.constexpr, UPCAST: tl.constexpr, FP8: tl.constexpr,
 ):
@@ -79,14 +70,11 @@ def _seg_attn_kernel(
     dd = tl.arange(0, D)
     rows = (q_lo + tok).to(tl.int64)
     q = tl.load(q_ptr + rows[:, None] * s_qt + head[:, None] * s_qh + dd[None, :], mask=row_ok[:, None], other=0.0)
-    if FP8:  # K's channel scales fold into the query, which is quantized per row; V's scale into the output
-        ks = row_scale(tl.load(amax_ptr + kvh * D + dd))
-        if FP8 == 2:
-            vs = row_scale(tl.load(amax_ptr + (n_kv + kvh) * D + dd)) / P_SCALE
-        qf = q.to(tl.float32) * ks[None, :]
+    if FP8:  # float8 keys: their channel scales fold into the query, which is quantized per row
+        qf = q.to(tl.float32) * row_scale(tl.load(amax_ptr + kvh * D + dd))[None, :]
         sq = row_scale(tl.max(tl.abs(qf), 1))
-        q = tl.minimum(tl.maximum(qf / sq[:, None], -448.0), 448.0)
-        if not UPCAST:
+        q = scaled(qf, sq[:, None])
+        if not UPCAST:  # (the interpreter's float8 conversion is wrong: there the query stays float32)
             q = q.to(k_ptr.dtype.element_ty)
         qk_scale = (sq * qk_scale)[:, None]
     elif UPCAST:  # Triton's CPU interpreter multiplies 16-bit dots wrongly
@@ -100,8 +88,6 @@ def _seg_attn_kernel(
         m_i = tl.where(has_b, lse_b * 1.4426950408889634, float("-inf"))
         l_i = tl.where(has_b, 1.0, 0.0)
         o_b = tl.load(o_ptrs, mask=row_ok[:, None], other=0.0).to(tl.float32)
-        if FP8 == 2:
-            o_b = o_b / vs[None, :]
         acc = tl.where(has_b[:, None], o_b, 0.0)
     else:
         m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
@@ -115,47 +101,32 @@ def _seg_attn_kernel(
         n_full = k_len // BLOCK_N
         hi = k_len
     kp = k_ptr + (k_lo + cols).to(tl.int64)[:, None] * s_kt + kvh * D + dd[None, :]
-    if FP8 == 2:  # V transposed: [n_kv, D, C] with row stride s_vt
-        vp = v_ptr + (kvh * D + dd).to(tl.int64)[:, None] * s_vt + (k_lo + cols)[None, :]
-        v_step = 1
-    else:
-        vp = v_ptr + (k_lo + cols).to(tl.int64)[:, None] * s_vt + kvh * D + dd[None, :]
-        v_step = s_vt
+    vp = v_ptr + (k_lo + cols).to(tl.int64)[:, None] * s_vt + kvh * D + dd[None, :]
     for j in range(0, n_full):
-        if TMA % 2 == 1:
+        if TMA:
             kb = k_desc.load([k_lo + j * BLOCK_N, kvh * D])
+            vb = v_desc.load([k_lo + j * BLOCK_N, kvh * D])
         else:
             kb = tl.load(kp + j * BLOCK_N * s_kt)
-        if TMA >= 2:
-            if FP8 == 2:
-                vb = v_desc.load([kvh * D, k_lo + j * BLOCK_N])
-            else:
-                vb = v_desc.load([k_lo + j * BLOCK_N, kvh * D])
-        else:
-            vb = tl.load(vp + j * BLOCK_N * v_step)
+            vb = tl.load(vp + j * BLOCK_N * s_vt)
         if UPCAST:
             kb = kb.to(tl.float32)
             vb = vb.to(tl.float32)
-        acc, m_i, l_i = _seg_step(q, acc, m_i, l_i, kb, vb, None, qk_scale, False, FP8)
+        acc, m_i, l_i = _seg_step(q, acc, m_i, l_i, kb, vb, None, qk_scale, False)
     for start in range(n_full * BLOCK_N, hi, BLOCK_N):  # masked blocks: the tail, or the causal diagonal
         c = start + cols
         ok = c < k_len
         kb = tl.load(kp + start * s_kt, mask=ok[:, None], other=0.0)
-        if FP8 == 2:
-            vb = tl.load(vp + start, mask=ok[None, :], other=0.0)
-        else:
-            vb = tl.load(vp + start * s_vt, mask=ok[:, None], other=0.0)
+        vb = tl.load(vp + start * s_vt, mask=ok[:, None], other=0.0)
         if UPCAST:
             kb = kb.to(tl.float32)
             vb = vb.to(tl.float32)
         ok2 = ok[None, :]
         if CAUSAL:
             ok2 = ok2 & (c[None, :] <= tok[:, None])
-        acc, m_i, l_i = _seg_step(q, acc, m_i, l_i, kb, vb, ok2, qk_scale, True, FP8)
+        acc, m_i, l_i = _seg_step(q, acc, m_i, l_i, kb, vb, ok2, qk_scale, True)
     has = l_i > 0.0
     out = acc / tl.where(has, l_i, 1.0)[:, None]
-    if FP8 == 2:
-        out = out * vs[None, :]
     lse = tl.where(has, (m_i + tl.log2(tl.where(has, l_i, 1.0))) * 0.6931471805599453, float("-inf"))
     tl.store(o_ptrs, out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None])
     tl.store(l_ptrs, lse, mask=row_ok)
@@ -186,46 +157,33 @@ def seg_attention(q, k, v, seg, items, block_t, *, causal=False, out=None, lse=N
     [T, n_q] at the segments' query rows only (other rows untouched).
     merge=True: `out`/`lse` already hold a partial result for those rows,
     merged with this one by log-sum-exp. Returns (out, lse).
-    amax: float8 keys, as kernels.kv_fp8.gather_fp8 returns them (k8 [C, n_kv, d], amax [2, n_kv, d]
-    the channel maxima), and v either 16-bit [C, n_kv, d] or float8 transposed (vt8 [n_kv, d, Cp]);
-    the query (and with float8 values the probabilities) is quantized in the kernel (non-causal only).
+    amax: k holds float8 keys and amax [n_kv, d] their channel maxima, as kernels.kv_fp8.gather_fp8
+    returns them (non-causal only); the query is quantized in the kernel, v stays q's dtype.
     """
     check_tensor("q", q, ndim=3, dtypes=(torch.float16, torch.bfloat16, torch.float32))
     T, n_q, d = q.shape
-    fp8 = 0 if amax is None else (2 if v.dtype == torch.float8_e4m3fn else 1)
+    fp8 = amax is not None
+    if fp8 and causal:
+        raise ValueError("seg_attention: float8 keys are for the non-causal (context) form only")
+    check_tensor("k", k, ndim=3, dtype=torch.float8_e4m3fn if fp8 else q.dtype)
+    n_kv = k.shape[1]
+    check_tensor("v", v, shape=tuple(k.shape), dtype=q.dtype)
     if fp8:
-        from kernels.kv_fp8 import padded
-
-        if causal:
-            raise ValueError("seg_attention: float8 keys are for the non-causal (context) form only")
-        check_tensor("k", k, ndim=3, dtype=torch.float8_e4m3fn)
-        n_kv = k.shape[1]
-        if fp8 == 2:
-            check_tensor("v", v, shape=(n_kv, d, padded(k.shape[0])), dtype=torch.float8_e4m3fn)
-        else:
-            check_tensor("v", v, shape=tuple(k.shape), dtype=q.dtype)
-        check_tensor("amax", amax, shape=(2, n_kv, d), dtype=torch.float32)
-        check_device(amax=amax, k=k)
-    else:
-        check_tensor("k", k, ndim=3, dtype=q.dtype)
-        n_kv = k.shape[1]
-        check_tensor("v", v, shape=tuple(k.shape), dtype=q.dtype)
+        check_tensor("amax", amax, shape=(n_kv, d), dtype=torch.float32)
     if n_q % n_kv or d & (d - 1) or k.shape[2] != d:
         raise ValueError(f"seg_attention: need n_q % n_kv == 0, a power-of-two head size and equal q/k sizes, "
                          f"got n_q={n_q}, n_kv={n_kv}, d={d}, k's d={k.shape[2]}")
-    for name, t in (("q", q), ("k", k)) + (() if fp8 == 2 else (("v", v),)):
+    for name, t in (("q", q), ("k", k), ("v", v)):
         if t.stride(1) != d:
             raise ValueError(f"seg_attention: {name} must have contiguous heads (stride(1) == {d}), "
                              f"got strides {tuple(t.stride())}")
-    if fp8 == 2 and not v.is_contiguous():
-        raise ValueError("seg_attention: the transposed float8 V must be contiguous")
     check_tensor("seg", seg, ndim=2, dtype=torch.int32)
     check_tensor("items", items, ndim=2, dtype=torch.int32)
     if seg.shape[0] != 4 or not seg.is_contiguous():
         raise ValueError(f"seg_attention: seg must be a contiguous int32 [4, n_seg], got {tuple(seg.shape)}")
     if items.shape[0] != 2 or not items.is_contiguous():
         raise ValueError(f"seg_attention: items must be a contiguous int32 [2, n_items], got {tuple(items.shape)}")
-    check_device(q=q, k=k, v=v, seg=seg, items=items)
+    check_device(q=q, k=k, v=v, seg=seg, items=items, **({"amax": amax} if fp8 else {}))
     rep = n_q // n_kv
     if merge and (out is None or lse is None):
         raise ValueError("seg_attention: merge=True needs the partial out and lse to merge into")
@@ -240,27 +198,20 @@ def seg_attention(q, k, v, seg, items, block_t, *, causal=False, out=None, lse=N
     cpu = q.device.type == "cpu"
     if block_n is None:
         block_n = 64 if cpu else 128
-    if fp8 == 2:  # float8 dots take at least 32 along k (P @ V's k is the key block)
-        block_n = max(block_n, 32)
     if num_warps is None:
         num_warps = 8 if block_m >= 128 else 4
     if num_stages is None:
         num_stages = 2 if cpu else 3
-    # full key blocks through tensor descriptors: 1 keys, 2 values, 3 both
-    use_tma = 0 if cpu or interpreter_active() else {False: 0, True: 3, "k": 1, "v": 2}[tma]
+    use_tma = bool(tma) and not cpu and not interpreter_active()
     k_desc = v_desc = None
     if use_tma:
         from triton.tools.tensor_descriptor import TensorDescriptor
 
-        if use_tma & 1:
-            k_desc = TensorDescriptor.from_tensor(k.reshape(k.shape[0], n_kv * d), [block_n, d])
-        if use_tma & 2 and fp8 == 2:
-            v_desc = TensorDescriptor.from_tensor(v.reshape(n_kv * d, v.shape[2]), [d, block_n])
-        elif use_tma & 2:
-            v_desc = TensorDescriptor.from_tensor(v.reshape(v.shape[0], n_kv * d), [block_n, d])
+        k_desc = TensorDescriptor.from_tensor(k.reshape(k.shape[0], n_kv * d), [block_n, d])
+        v_desc = TensorDescriptor.from_tensor(v.reshape(v.shape[0], n_kv * d), [block_n, d])
     _seg_attn_kernel[(n_items, n_kv)](
         q, k, v, k_desc, v_desc, out, lse, items, seg, amax,
-        n_items, seg.shape[1], n_kv, q.stride(0), q.stride(1), k.stride(0), v.stride(1) if fp8 == 2 else v.stride(0),
+        n_items, seg.shape[1], q.stride(0), q.stride(1), k.stride(0), v.stride(0),
         out.stride(0), out.stride(1), lse.stride(0), lse.stride(1),
         (1.0 / math.sqrt(d)) * LOG2E,
         REP=rep, BLOCK_T=block_t, BLOCK_M=block_m, BLOCK_N=block_n, D=d, CAUSAL=bool(causal), MERGE=bool(merge),

@@ -7,7 +7,7 @@ then kernels.seg_attention_ref). Prints sign agreement and RMS differences; wher
 its emulation and the emulation does not, the kernel is at fault.
 
     TRITON_INTERPRET=1 PYTHONPATH=. python benchmarks/probes/fp8_ctx_engine_check.py --device cpu
-    PYTHONPATH=. python3 benchmarks/probes/fp8_ctx_engine_check.py --device cuda [--tma]
+    PYTHONPATH=. python3 benchmarks/probes/fp8_ctx_engine_check.py --device cuda
 """
 from __future__ import annotations
 
@@ -28,13 +28,12 @@ from kernels.seg_attention import seg_attention_ref
 def emulated(q, k, v, seg, items, bt, *, causal=False, out=None, lse=None, merge=False, amax=None, **kw):
     if amax is None:
         return kernels.seg_attention(q, k, v, seg, items, bt, causal=causal, out=out, lse=lse, merge=merge, **kw)
-    kd, vd = dequant(k.cpu(), v.cpu(), amax.cpu(), k.shape[0])
     rep = q.shape[1] // k.shape[1]
-    ks = (amax[0].cpu().clamp_min(1e-12) / 448).repeat_interleave(rep, 0)[None]
+    ks = (amax.cpu().clamp_min(1e-12) / 448).repeat_interleave(rep, 0)[None]
     qf = q.cpu().float() * ks
     sq = qf.abs().amax(-1, keepdim=True).clamp_min(1e-12) / 448
     q8 = (qf / sq).clamp(-448, 448).to(torch.float8_e4m3fn).float() * sq / ks
-    o, l_ = seg_attention_ref(q8, kd, vd, seg.cpu().numpy(), out=out.cpu(), lse=lse.cpu(), merge=merge)
+    o, l_ = seg_attention_ref(q8, dequant(k.cpu(), amax.cpu()), v.cpu(), seg.cpu().numpy(), out=out.cpu(), lse=lse.cpu(), merge=merge)
     out.copy_(o.to(out.dtype))
     lse.copy_(l_)
     return out, lse
@@ -43,7 +42,6 @@ def emulated(q, k, v, seg, items, bt, *, causal=False, out=None, lse=None, merge
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cuda")
-    ap.add_argument("--tma", action="store_true", help="float8 keys through tensor descriptors at any head size")
     a = ap.parse_args()
     rng = np.random.default_rng(3)
     anchors = [rng.integers(20, 49000, n).tolist() for n in (150, 90)]
@@ -55,12 +53,6 @@ def main() -> int:
         ops = eng.runner.ops if a.device != "cpu" else CudaOps(use_triton=True, self_attn="triton", ctx_attn="fused")
         eng.runner.ops = eng.rt.ops = ops
         ops.ctx_fp8 = mode != "bf16_context"
-        if a.tma:
-            ops.ctx_config = dict(ops.ctx_config, tma=True)
-            import gpu_worker.cuda_ops as co
-            co.FP8_CTX_CONFIG["tma"] = True
-            ops._launch = types.MethodType(lambda self, on_gpu, d, fp8=False: {} if not on_gpu else dict(
-                block_n=128, num_warps=8, num_stages=3, tma=True), ops)
         if mode == "fp8_emulated":
             ops.kernels = types.SimpleNamespace(**{n: getattr(kernels, n) for n in kernels.__all__})
             ops.kernels.seg_attention = emulated

@@ -136,13 +136,23 @@ def variant(q, k, v, seg, items, block_t, out, lse, *, merge, pipe=False, ws=Fal
     return out, lse
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
+def pass_args(ap: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The shape of one BIO-2 pass's context attention (also benchmarks/probes/fp8_attn_probe.py)."""
     ap.add_argument("--anchors", type=int, default=3)
     ap.add_argument("--anchor-tokens", type=int, default=5140)
     ap.add_argument("--q-rows", type=int, default=10143)
     ap.add_argument("--out", default=".")
-    a = ap.parse_args()
+    return ap
+
+
+def pass_segments(a, dev) -> torch.Tensor:
+    """Each anchor's partners as one query segment over its cached keys, laid out one after another."""
+    return torch.from_numpy(segments(np.arange(a.anchors) * a.q_rows, [a.q_rows] * a.anchors,
+                                     np.arange(a.anchors) * a.anchor_tokens, [a.anchor_tokens] * a.anchors)).to(dev)
+
+
+def main() -> int:
+    a = pass_args(argparse.ArgumentParser()).parse_args()
     dev = torch.device("cuda")
     torch.manual_seed(0)
     n_q, n_kv, d = 32, 8, 128
@@ -151,23 +161,21 @@ def main() -> int:
     q = torch.randn(T, n_q, d, device=dev, dtype=torch.bfloat16)
     k = torch.randn(C, n_kv, d, device=dev, dtype=torch.bfloat16)
     v = torch.randn(C, n_kv, d, device=dev, dtype=torch.bfloat16)
-    seg_np = segments(np.arange(a.anchors) * a.q_rows, [a.q_rows] * a.anchors,
-                      np.arange(a.anchors) * a.anchor_tokens, [a.anchor_tokens] * a.anchors)
-    seg = torch.from_numpy(seg_np).to(dev)
+    seg = pass_segments(a, dev)
     # a partial result to merge into (the partners' causal attention to themselves)
     o0 = torch.randn(T, n_q, d, device=dev, dtype=torch.bfloat16)
     lse0 = torch.randn(T, n_q, device=dev, dtype=torch.float32) + 3.0
     flops = 4 * d * n_q * a.anchors * a.q_rows * a.anchor_tokens
 
     def run_base(block_t, **kw):
-        items = torch.from_numpy(seg_items(seg_np[1], block_t)).to(dev)
+        items = torch.from_numpy(seg_items(seg[1].cpu().numpy(), block_t)).to(dev)
         o, l = o0.clone(), lse0.clone()
         fn = lambda: seg_attention(q, k, v, seg, items, block_t, out=o, lse=l, merge=True, **kw)  # noqa: E731
         return fn, (lambda: (seg_attention(q, k, v, seg, items, block_t, out=o0.clone(), lse=lse0.clone(),
                                            merge=True, **kw)))
 
     def run_var(block_t, **kw):
-        items = torch.from_numpy(seg_items(seg_np[1], block_t)).to(dev)
+        items = torch.from_numpy(seg_items(seg[1].cpu().numpy(), block_t)).to(dev)
         o, l = o0.clone(), lse0.clone()
         fn = lambda: variant(q, k, v, seg, items, block_t, o, l, merge=True, **kw)  # noqa: E731
         return fn, (lambda: variant(q, k, v, seg, items, block_t, o0.clone(), lse0.clone(), merge=True, **kw))
