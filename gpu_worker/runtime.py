@@ -140,7 +140,7 @@ class Runtime:
         if device.type == "cuda" and cfg.use_triton is not False:
             from .cuda_ops import CudaOps
 
-            # FP8: a join's context attention on float8 too, unless QUAIL_FP8_ATTENTION=0 (projections only)
+            # FP8: a join's context attention scores from float8 keys too, unless QUAIL_FP8_ATTENTION=0
             fp8_attn = cfg.quantize == "fp8" and os.environ.get(FP8_ATTENTION_ENV, "1") != "0"
             ops = CudaOps(use_triton=cfg.use_triton, ctx_fp8=fp8_attn)
         # CUDA: 32768 measured ~2% faster than 16384 on FILTER and JOIN (H200, BENCHMARKS.md)
