@@ -45,6 +45,7 @@ from gpu_bench import count_pairs, matmul_rate, sign_report, sol_seconds, sync  
 from gpu_worker import Engine, EngineConfig  # noqa: E402
 from gpu_worker import ai_calls  # noqa: E402
 from gpu_worker import ai_columns  # noqa: E402
+from gpu_worker import cuda_ops  # noqa: E402
 
 log = logging.getLogger("public_bench")
 PRESET = Path(__file__).resolve().parents[1] / "conf" / "spark" / "one-gpu.json"  # the Arrow batch size of Spark on a GPU
@@ -346,9 +347,16 @@ def main(argv=None):
     ap.add_argument("--quantize", default=None, choices=[None, "fp8"], help="EngineConfig.quantize of the engine")
     ap.add_argument("--margins", default=None, help="folder of a bf16 run's margins: saved by a run without "
                     "--quantize, compared (sign agreement, max diff) by a --quantize fp8 run of the same sections")
+    ap.add_argument("--ctx-launch", default="", help="KEY=VALUE,... over gpu_worker.cuda_ops.CTX_CONFIG (the "
+                    "context kernel's launch; integers, true/false), to compare launches in one lease")
     ap.add_argument("--name", default="public_bench.json")
     ap.add_argument("--out", default="benchmarks/results")
     args = ap.parse_args(argv)
+    for kv in filter(None, args.ctx_launch.split(",")):
+        key, val = kv.split("=")
+        if not val.isdigit() and val.lower() not in ("true", "false"):
+            raise SystemExit(f"--ctx-launch {kv!r}: an integer or true/false")
+        cuda_ops.CTX_CONFIG[key] = int(val) if val.isdigit() else val.lower() == "true"
     if args.smoke:
         args.model, args.device, args.hf_sample = args.model or "tiny-qwen3-random", args.device or "cpu", 8
     args.model, args.device = args.model or "qwen3-4b-random", args.device or "cuda"
@@ -360,7 +368,7 @@ def main(argv=None):
     sz = SMOKE if args.smoke else FULL
     res = {"commit": args.commit, "command": " ".join(sys.argv), "torch": torch.__version__,
            "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu", "model": args.model,
-           "quantize": args.quantize,
+           "quantize": args.quantize, "ctx_config": dict(cuda_ops.CTX_CONFIG),
            "sizes": sz, "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
     res["matmul_tflops"] = rate = matmul_rate(dev)
     t0 = time.perf_counter()
