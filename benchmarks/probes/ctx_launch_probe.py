@@ -16,6 +16,7 @@ shared memory are recorded.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -27,9 +28,10 @@ import triton
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 from gpu_worker.cuda_ops import CTX_CONFIG  # noqa: E402
-from kernels import seg_attention as sa  # noqa: E402
 from kernels.kv_fp8 import gather_fp8  # noqa: E402
 from seg_variants import pass_args, pass_segments  # noqa: E402
+
+sa = importlib.import_module("kernels.seg_attention")  # the module (the package exports its function)
 
 VARIANTS = {  # name: (block_m, block_n, num_warps, num_stages, lazy)
     "engine": (CTX_CONFIG["block_m"], CTX_CONFIG["block_n"], CTX_CONFIG["num_warps"], CTX_CONFIG["num_stages"],
@@ -112,6 +114,13 @@ def main() -> int:
             except Exception as e:  # noqa: BLE001 (a variant that does not compile or run is recorded)
                 r["error"] = f"{type(e).__name__}: {str(e)[:300]}"
             print(prec, name, json.dumps(r), flush=True)
+    ok = {k[5:]: v for k, v in res["variants"].items() if k.startswith("bf16_") and "ms" in v
+          and v["out_rel_rms"] < 1.5 * res["variants"]["bf16_base"].get("out_rel_rms", 1.0)}
+    best = min(ok, key=lambda k: ok[k]["ms"]) if ok else "base"
+    bm, bn, w, s, lazy = VARIANTS[best]
+    res["best_bf16"] = best
+    res["best_bf16_launch"] = f"block_m={bm},block_n={bn},num_warps={w},num_stages={s},lazy={str(lazy).lower()}"
+    print("best bf16:", best, res["best_bf16_launch"], flush=True)
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, a.name), "w") as f:
         json.dump(res, f, indent=1)
