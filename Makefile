@@ -3,7 +3,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test bench-cpu
+.PHONY: demo test test-installed bench-cpu
 $(VENV)/.installed: pyproject.toml Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
@@ -18,6 +18,12 @@ demo: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q tests
+
+# The same suite with the Python on PATH and the packages it already has: no venv, nothing installed
+# (an image without network, e.g. a GPU machine). There the kernels run compiled (tests/conftest.py),
+# and a test needing a package the image lacks (pyspark, sqlglot, the SmolLM2 GGUF) is skipped.
+test-installed:
+	python3 -m pytest -q tests
 
 bench-cpu: $(VENV)/.installed
 	$(PY) benchmarks/cpu_filter_chain.py

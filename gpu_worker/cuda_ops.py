@@ -42,7 +42,7 @@ FOLD_CTX_SOLO = 1024  # ... and one this long when a single sequence uses it (no
 # launch of kernels.seg_attention (split contexts, long sequences): query rows per program, keys per
 # step, warps, pipeline depth, keys through tensor descriptors (H200: 575 TFLOP/s on the JOIN context,
 # benchmarks/probes/results/attn_probe.json)
-CTX_CONFIG = {"block_m": 128, "block_n": 128, "num_warps": 8, "num_stages": 3, "tma": True, "lazy": False}
+CTX_CONFIG = {"block_m": 128, "block_n": 128, "num_warps": 8, "num_stages": 3, "tma": True}
 
 
 @dataclass
@@ -415,9 +415,8 @@ class CudaOps:
         if fp8 and head_dim != 128:  # float8 keys through descriptors: measured (and checked) at d=128 only
             c = dict(c, tma=False)  # (at d=32 Triton 3.6 stopped with an illegal instruction on the H200)
         if head_dim > 128:  # K and V tiles of 128 x d x 3 stages would not fit in shared memory
-            return {"block_n": 64, "num_warps": c["num_warps"], "num_stages": 2, "tma": c["tma"], "lazy": c["lazy"]}
-        return {"block_n": c["block_n"], "num_warps": c["num_warps"], "num_stages": c["num_stages"], "tma": c["tma"],
-                "lazy": c["lazy"]}
+            return {"block_n": 64, "num_warps": c["num_warps"], "num_stages": 2, "tma": c["tma"]}
+        return {"block_n": c["block_n"], "num_warps": c["num_warps"], "num_stages": c["num_stages"], "tma": c["tma"]}
 
     def _self_part(self, q, k, v, k_cache, v_cache, plan: AttnPlan):
         """Causal attention of every sequence to itself (+ its folded context): (out, lse [T, n_q])."""

@@ -33,35 +33,19 @@ from kernels._quant import row_scale, scaled
 from kernels._util import check_device, check_tensor, interpreter_active, query_blocks
 
 LOG2E = 1.4426950408889634
-LAZY_GROWTH = tl.constexpr(8.0)  # lazy rescaling: log2 of the largest p before the running maximum moves
 
 
 @triton.jit
-def _seg_step(q, acc, m_i, l_i, kb, vb, ok, qk_scale, MASKED: tl.constexpr, LAZY: tl.constexpr):
+def _seg_step(q, acc, m_i, l_i, kb, vb, ok, qk_scale, MASKED: tl.constexpr):
     s = tl.dot(q, tl.trans(kb)) * qk_scale  # log2 units (float8 keys: qk_scale per row, [BLOCK_M, 1])
     if MASKED:
         s = tl.where(ok, s, float("-inf"))
-    m_blk = tl.max(s, 1)
-    if LAZY:  # the running maximum moves (and acc / l are rescaled) only when some row's scores rise by more
-        # than 2^LAZY_GROWTH over it: p stays below 2^LAZY_GROWTH, and most blocks skip the rescale
-        grow = tl.max(tl.where(m_blk > m_i, m_blk - m_i, 0.0), 0)
-        if grow > LAZY_GROWTH:
-            m_new = tl.maximum(m_i, m_blk)
-            alpha = tl.exp2(m_i - m_new)
-            l_i = l_i * alpha
-            acc = acc * alpha[:, None]
-            m_i = m_new
-        p = tl.exp2(s - m_i[:, None])
-        l_i = l_i + tl.sum(p, 1)
-        acc = tl.dot(p.to(vb.dtype), vb, acc)
-    else:
-        m_new = tl.maximum(m_i, m_blk)
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(vb.dtype), vb)
-        m_i = m_new
-    return acc, m_i, l_i
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    alpha = tl.exp2(m_i - m_new)
+    p = tl.exp2(s - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(vb.dtype), vb)
+    return acc, m_new, l_i
 
 
 @triton.jit(do_not_specialize=["n_items", "n_seg"])
@@ -70,7 +54,6 @@ def _seg_attn_kernel(
     n_items, n_seg, s_qt, s_qh, s_kt, s_vt, s_ot, s_oh, s_lt, s_lh, qk_scale,
     REP: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
     CAUSAL: tl.constexpr, MERGE: tl.constexpr, TMA: tl.constexpr, UPCAST: tl.constexpr, FP8: tl.constexpr,
-    LAZY: tl.constexpr,
 ):
     item = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -129,7 +112,7 @@ def _seg_attn_kernel(
         if UPCAST:
             kb = kb.to(tl.float32)
             vb = vb.to(tl.float32)
-        acc, m_i, l_i = _seg_step(q, acc, m_i, l_i, kb, vb, None, qk_scale, False, LAZY)
+        acc, m_i, l_i = _seg_step(q, acc, m_i, l_i, kb, vb, None, qk_scale, False)
     for start in range(n_full * BLOCK_N, hi, BLOCK_N):  # masked blocks: the tail, or the causal diagonal
         c = start + cols
         ok = c < k_len
@@ -141,7 +124,7 @@ def _seg_attn_kernel(
         ok2 = ok[None, :]
         if CAUSAL:
             ok2 = ok2 & (c[None, :] <= tok[:, None])
-        acc, m_i, l_i = _seg_step(q, acc, m_i, l_i, kb, vb, ok2, qk_scale, True, LAZY)
+        acc, m_i, l_i = _seg_step(q, acc, m_i, l_i, kb, vb, ok2, qk_scale, True)
     has = l_i > 0.0
     out = acc / tl.where(has, l_i, 1.0)[:, None]
     lse = tl.where(has, (m_i + tl.log2(tl.where(has, l_i, 1.0))) * 0.6931471805599453, float("-inf"))
@@ -165,7 +148,7 @@ def seg_items(q_lens, block_t: int, longest_first: bool = False) -> np.ndarray:
 
 
 def seg_attention(q, k, v, seg, items, block_t, *, causal=False, out=None, lse=None, merge=False,
-                  block_n=None, num_warps=None, num_stages=None, tma=False, amax=None, lazy=False):
+                  block_n=None, num_warps=None, num_stages=None, tma=False, amax=None):
     """Attention of the query rows of each segment over its key rows (see the module docstring).
 
     q: [T, n_q, d]; k, v: [C, n_kv, d] (heads contiguous: stride(1) == d);
@@ -176,8 +159,6 @@ def seg_attention(q, k, v, seg, items, block_t, *, causal=False, out=None, lse=N
     merged with this one by log-sum-exp. Returns (out, lse).
     amax: k holds float8 keys and amax [n_kv, d] their channel maxima, as kernels.kv_fp8.gather_fp8
     returns them (non-causal only); the query is quantized in the kernel, v stays q's dtype.
-    lazy: rescale the running result only when a row's maximum score grows by more than 2^8 (the
-    same softmax; most key blocks skip the rescale of acc).
     """
     check_tensor("q", q, ndim=3, dtypes=(torch.float16, torch.bfloat16, torch.float32))
     T, n_q, d = q.shape
@@ -234,7 +215,7 @@ def seg_attention(q, k, v, seg, items, block_t, *, causal=False, out=None, lse=N
         out.stride(0), out.stride(1), lse.stride(0), lse.stride(1),
         (1.0 / math.sqrt(d)) * LOG2E,
         REP=rep, BLOCK_T=block_t, BLOCK_M=block_m, BLOCK_N=block_n, D=d, CAUSAL=bool(causal), MERGE=bool(merge),
-        TMA=use_tma, UPCAST=cpu, FP8=fp8, LAZY=bool(lazy), num_warps=num_warps, num_stages=num_stages,
+        TMA=use_tma, UPCAST=cpu, FP8=fp8, num_warps=num_warps, num_stages=num_stages,
     )
     return out, lse
 
