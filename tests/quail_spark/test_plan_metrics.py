@@ -82,3 +82,26 @@ def test_a_three_way_query_runs_its_selective_ai_join_first(session):
     print(f"\nthree-way: rules off {got[False]}, on {got[True]}")
     assert got[True]["rows"] > 0 and got[False]["rows"] > 0  # both predicates pass some pairs
     assert got[True]["requested_tokens"] <= 0.6 * got[False]["requested_tokens"]
+
+
+def test_a_filter_on_an_ai_column_evaluates_the_call_once(session):
+    """withColumn("s", ai_score(...)).where("s > x"): Spark would write the alias out into the
+    filter and run the call again in the projection; with the rules on it runs once, on the rows the
+    relational conjunct keeps (the tokens of one evaluation of those rows), and gives the rows it
+    gives with the rules off."""
+    notes, _ = fresh_docs(session, 6)
+    score = "ai_score('Is {0} about a cough?', body)"
+    once = f"SELECT id, {score} AS s FROM {notes} WHERE id > 1"
+    nested = f"SELECT * FROM (SELECT id, {score} AS s FROM {notes}) WHERE s > -1 AND id > 1"
+    got, base = measure(session, nested), measure(session, once)
+    assert got["rows"] > 0 and got["requested_tokens"] == base["requested_tokens"] > 0
+    chained = session.table(notes).selectExpr("id", f"{score} AS s").where("s > -1").where("id > 1")
+    before = quail_spark.metrics(session)
+    rows = chained.collect()
+    assert quail_spark.metrics(session)["requested_tokens"] - before["requested_tokens"] == base["requested_tokens"]
+    session.conf.set("spark.quail.optimizer.enabled", "false")
+    try:
+        off = sorted((r.id, round(r.s, 4)) for r in session.sql(nested).collect())
+    finally:
+        session.conf.set("spark.quail.optimizer.enabled", "true")
+    assert off == sorted((r.id, round(r.s, 4)) for r in rows)

@@ -45,6 +45,11 @@ CASES = [  # (rule, case, query)
     ("ai_join_order", "selective_join_first", THREE_WAY),
     ("ai_join", "equality_stays_a_hash_join",
      "SELECT n.id, t.tid FROM notes n JOIN terms t ON n.kind = t.kind AND ai_if('Does {0} mention {1}?', n.body, t.term)"),
+    ("evaluate_once", "filter_on_an_ai_column",  # off: the call twice (in the pushed-down filter and the project)
+     "SELECT * FROM (SELECT id, ai_score('Is {0} rude?', body) AS s FROM notes) WHERE s > 0.5 AND id > 1"),
+    ("push_below_ai", "a_later_relational_filter",  # id > 1 arrives above the held AI projection and goes below it
+     "SELECT * FROM (SELECT * FROM (SELECT id, ai_score('Is {0} rude?', body) AS s FROM notes) WHERE s > 0.5) "
+     "WHERE id > 1"),
 ]
 ANALYSIS_CASES = [
     ("hint_struct", "map_of_mixed_types", MIXED_HINT),
@@ -53,7 +58,7 @@ ANALYSIS_CASES = [
      "SELECT n.id, t.tid FROM notes n JOIN terms t ON ai_if('Is {0} in {1}?', t.term, n.body, map('anchor', 'body'))"),
 ]
 
-RUNNABLE_CASES = [  # rules that run with the optimizer rules off too: Spark alone refuses these queries
+RUNNABLE_CASES = [  # rules that run with the optimizer rules off too (Spark alone refuses the first four)
     ("outer_join", "left_with_equality",
      "SELECT n.id, t.tid FROM notes n LEFT JOIN terms t ON n.kind = t.kind AND ai_if('Does {0} mention {1}?', "
      "n.body, t.term)"),
@@ -65,6 +70,8 @@ RUNNABLE_CASES = [  # rules that run with the optimizer rules off too: Spark alo
     ("ai_subquery", "in_under_or",
      "SELECT t.tid FROM terms t WHERE t.tid < 2 OR t.kind IN (SELECT n.kind FROM notes n "
      "WHERE ai_if('Does {0} mention {1}?', n.body, t.term))"),
+    ("keep_repartition", "ai_filter_over_a_repartition_hint",  # the AI calls run after the shuffle, id > 1 before
+     "SELECT id FROM (SELECT /*+ REPARTITION(3) */ * FROM notes) WHERE ai_if('Is {0} rude?', body) AND id > 1"),
 ]
 
 @pytest.fixture(scope="module")
@@ -198,3 +205,26 @@ def test_fused_calls_carry_the_cost_models_estimate_and_explain_prints_it(rules)
     text = explain_plan(plan_text(rules.sql(sql)))
     assert "== AI calls evaluated together" in text
     assert f"{spec['cost']['fresh']:,.0f} fresh tokens" in text
+
+
+@pytest.mark.parametrize("on", [True, False])
+def test_an_ai_filter_written_over_a_repartition_runs_after_the_shuffle(rules, on):
+    """df.repartition(n).where(ai_if(...)): the AI calls are evaluated in the n tasks after the
+    exchange (Spark would push a deterministic filter below it, onto the input's partitions); the
+    relational conjunct still goes below. A coalesce (no shuffle) is left to Spark."""
+    def physical(df):
+        rules.conf.set("spark.quail.optimizer.enabled", str(on).lower())
+        try:
+            return df._jdf.queryExecution().executedPlan().toString()
+        finally:
+            rules.conf.set("spark.quail.optimizer.enabled", "true")
+
+    plan = physical(rules.table("notes").repartition(3).where("ai_if('Is {0} rude?', body) AND id > 1"))
+    ai, exchange = plan.index("ArrowEvalPython"), plan.index("Exchange RoundRobinPartitioning(3)")
+    assert ai < exchange, plan  # printed above: evaluated after the shuffle
+    assert re.search(r"Filter .*\(id#\d+ > 1\)", plan[exchange:]), plan  # the relational part before it
+    hashed = physical(rules.table("notes").repartition(2, "kind").where("ai_if('Is {0} rude?', body)"))
+    assert hashed.index("ArrowEvalPython") < hashed.index("Exchange hashpartitioning"), hashed
+    plain = rules.range(6).selectExpr("CAST(id AS INT) AS id", "concat('note ', id) AS body")  # no shuffle under it
+    coalesced = physical(plain.coalesce(1).where("ai_if('Is {0} rude?', body)"))
+    assert "Exchange" not in coalesced and "ArrowEvalPython" in coalesced, coalesced

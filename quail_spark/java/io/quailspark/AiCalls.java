@@ -61,6 +61,15 @@ final class AiCalls {
         return e instanceof PythonUDF && ((PythonUDF) e).name().equalsIgnoreCase(name);
     }
 
+    /**
+     * The same expression up to expression ids. Unlike {@code semanticEquals}, true for
+     * non-deterministic ones too: an AI call written over a repartition is marked so
+     * ({@link QuailKeepRepartition}) and is still one call wherever it is repeated.
+     */
+    static boolean same(Expression a, Expression b) {
+        return a.canonicalized().equals(b.canonicalized());
+    }
+
     static boolean containsAi(Expression e) {
         return e.exists(new scala.runtime.AbstractFunction1<Expression, Object>() {
             @Override

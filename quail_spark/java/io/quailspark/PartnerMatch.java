@@ -187,7 +187,7 @@ final class PartnerMatch {
                 public scala.runtime.BoxedUnit apply(Expression x) {
                     if (AiCalls.isAi(x)) {
                         if (AiCalls.predicate(x) == null) ok[0] = false;
-                        else if (out.stream().noneMatch(x::semanticEquals)) out.add((PythonUDF) x);
+                        else if (out.stream().noneMatch(y -> AiCalls.same(x, y))) out.add((PythonUDF) x);
                     }
                     return scala.runtime.BoxedUnit.UNIT;
                 }
@@ -239,7 +239,7 @@ final class PartnerMatch {
             @Override
             Expression rewrite(Expression e) {
                 for (int k = 0; k < calls.size(); k++) {
-                    if (calls.get(k).semanticEquals(e)) {
+                    if (AiCalls.same(calls.get(k), e)) {
                         return new GetArrayItem(answers.get(k).toAttribute(), index, false);
                     }
                 }

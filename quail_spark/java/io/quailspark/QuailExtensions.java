@@ -14,9 +14,12 @@ import scala.runtime.BoxedUnit;
  * fixed point, before Spark's "Extract Python UDFs" batch, so the rules see the
  * AI functions as {@code PythonUDF} expressions). Every rule is idempotent and
  * a no-op when {@code spark.quail.optimizer.enabled=false}, except the two without
- * which a query cannot run: {@link QuailOuterJoin} and {@link QuailAiSubquery}. Two analysis rules run on
+ * which a query cannot run: {@link QuailOuterJoin} and {@link QuailAiSubquery}. Three analysis rules run on
  * every path: {@link QuailHintStruct} turns map hints into structs, then
- * {@link QuailAnchorHint} resolves the anchor hint to an argument position; one
+ * {@link QuailAnchorHint} resolves the anchor hint to an argument position, then
+ * {@link QuailKeepRepartition} keeps an AI filter above the repartition it was written over; with the
+ * rules on, {@link QuailEvaluateOnce} keeps a filter on an AI column from evaluating the call a second
+ * time below the projection (and {@link QuailPushBelowAi} still moves relational conjuncts below); one
  * check rule, {@link QuailArgTypes}, refuses a non-string document argument by name.
  */
 public class QuailExtensions extends AbstractFunction1<SparkSessionExtensions, BoxedUnit> {
@@ -25,6 +28,9 @@ public class QuailExtensions extends AbstractFunction1<SparkSessionExtensions, B
     public BoxedUnit apply(SparkSessionExtensions ext) {
         ext.injectPostHocResolutionRule(new Builder(3));
         ext.injectPostHocResolutionRule(new Builder(4));
+        ext.injectPostHocResolutionRule(new Builder(9));
+        ext.injectPostHocResolutionRule(new Builder(10));
+        ext.injectOptimizerRule(new Builder(11));
         ext.injectOptimizerRule(new Builder(7));
         ext.injectOptimizerRule(new Builder(8));
         ext.injectOptimizerRule(new Builder(0));
@@ -65,6 +71,9 @@ public class QuailExtensions extends AbstractFunction1<SparkSessionExtensions, B
                 case 6: return new QuailFuseCalls(session);
                 case 7: return new QuailOuterJoin(session);
                 case 8: return new QuailAiSubquery(session);
+                case 9: return new QuailKeepRepartition();
+                case 10: return new QuailEvaluateOnce();
+                case 11: return new QuailPushBelowAi(session);
                 default: return new QuailAnchorHint();
             }
         }

@@ -138,7 +138,7 @@ public class QuailFuseCalls extends AiRule {
                 List<Expression> cols = columns(call);
                 if (cols.isEmpty() || !call.references().subsetOf(child.outputSet())) continue;
                 List<PythonUDF> group = byDoc.computeIfAbsent(cols.get(0).canonicalized(), k -> new ArrayList<>());
-                if (group.stream().noneMatch(call::semanticEquals)) group.add(call);
+                if (group.stream().noneMatch(y -> AiCalls.same(call, y))) group.add(call);
             }
         }
         if (byDoc.isEmpty()) return null;
@@ -168,7 +168,7 @@ public class QuailFuseCalls extends AiRule {
     private static List<Expression> columns(PythonUDF call) {
         List<Expression> out = new ArrayList<>();
         for (Expression a : list(call.children())) {
-            if (!a.foldable() && out.stream().noneMatch(a::semanticEquals)) out.add(a);
+            if (!a.foldable() && out.stream().noneMatch(y -> AiCalls.same(a, y))) out.add(a);
         }
         return out;
     }
@@ -230,7 +230,7 @@ public class QuailFuseCalls extends AiRule {
             List<Expression> keys = new ArrayList<>();
             for (PythonUDF call : group) {
                 for (Expression c : QuailFuseCalls.columns(call)) {
-                    if (keys.stream().noneMatch(c::semanticEquals)) keys.add(c);
+                    if (keys.stream().noneMatch(y -> AiCalls.same(c, y))) keys.add(c);
                 }
             }
             List<SortOrder> order = new ArrayList<>();
@@ -248,14 +248,14 @@ public class QuailFuseCalls extends AiRule {
                 out.add(e.transformUp(new AbstractPartialFunction<Expression, Expression>() {
                     @Override
                     public boolean isDefinedAt(Expression x) {
-                        return AiCalls.isAi(x) && calls.stream().anyMatch(x::semanticEquals);
+                        return AiCalls.isAi(x) && calls.stream().anyMatch(y -> AiCalls.same(x, y));
                     }
 
                     @Override
                     public <A1 extends Expression, B1> B1 applyOrElse(A1 x, scala.Function1<A1, B1> dflt) {
                         if (!isDefinedAt(x)) return dflt.apply(x);
                         for (int i = 0; i < calls.size(); i++) {
-                            if (calls.get(i).semanticEquals(x)) {
+                            if (AiCalls.same(calls.get(i), x)) {
                                 @SuppressWarnings("unchecked")
                                 B1 r = (B1) results.get(i);
                                 return r;
@@ -322,7 +322,7 @@ public class QuailFuseCalls extends AiRule {
 
     private static int indexOf(List<Expression> args, Expression e) {
         for (int i = 0; i < args.size(); i++) {
-            if (args.get(i).semanticEquals(e)) return i;
+            if (AiCalls.same(args.get(i), e)) return i;
         }
         args.add(e);
         return args.size() - 1;

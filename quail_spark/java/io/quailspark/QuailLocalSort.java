@@ -53,7 +53,7 @@ public class QuailLocalSort extends AiRule {
         for (Expression c : AiCalls.conjuncts(f.condition())) {
             if (AiCalls.isInternal(c, AiCalls.CHAIN) || AiCalls.isInternal(c, AiCalls.JOIN)) {
                 Expression doc = AiCalls.placedFirst((PythonUDF) c);
-                if (keys.stream().noneMatch(doc::semanticEquals)) keys.add(doc);
+                if (keys.stream().noneMatch(y -> AiCalls.same(doc, y))) keys.add(doc);
             }
         }
         if (keys.isEmpty() || sortedBy(f.child(), keys)) return f;
@@ -70,7 +70,7 @@ public class QuailLocalSort extends AiRule {
         List<SortOrder> order = CollectionConverters.asJava(((Sort) child).order());
         if (order.size() < keys.size()) return false;
         for (int i = 0; i < keys.size(); i++) {
-            if (!order.get(i).child().semanticEquals(keys.get(i))) return false;
+            if (!AiCalls.same(order.get(i).child(), keys.get(i))) return false;
         }
         return true;
     }

@@ -1,0 +1,103 @@
+package io.quailspark;
+
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+
+import org.apache.spark.sql.SparkSession;
+import org.apache.spark.sql.catalyst.expressions.Alias;
+import org.apache.spark.sql.catalyst.expressions.Attribute;
+import org.apache.spark.sql.catalyst.expressions.ExprId;
+import org.apache.spark.sql.catalyst.expressions.Expression;
+import org.apache.spark.sql.catalyst.expressions.NamedExpression;
+import org.apache.spark.sql.catalyst.plans.logical.Filter;
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
+import org.apache.spark.sql.catalyst.plans.logical.Project;
+import scala.jdk.javaapi.CollectionConverters;
+
+/**
+ * Relational conjuncts of a filter go below a projection whose only non-deterministic parts are AI
+ * calls (marked so by {@link QuailEvaluateOnce} or {@link QuailKeepRepartition}, or the internal
+ * {@code quail_eval} / {@code quail_chain} / {@code quail_join} / {@code quail_match}), so the AI
+ * work runs on the rows that survive them.
+ *
+ * <p>Spark pushes no filter through a projection with a non-deterministic column (the column might
+ * depend on which rows came before it). The AI calls are non-deterministic only to hold them in
+ * place: each answer depends on its own row alone, so a filter that reads no AI column may run
+ * first, and the rows are the same. Conjuncts that read an AI column, or are non-deterministic
+ * themselves, stay above.
+ *
+ * <pre>
+ * before: Filter (s > 0.5 AND id > 2)                 after: Filter (s > 0.5)
+ *           +- Project [id, ai_score(q, body) AS s]           +- Project [id, ai_score(q, body) AS s]
+ *              +- child                                          +- Filter (id > 2)
+ *                                                                   +- child
+ * </pre>
+ */
+public class QuailPushBelowAi extends AiRule {
+    public QuailPushBelowAi(SparkSession session) {
+        super(session);
+    }
+
+    @Override
+    LogicalPlan rewrite(LogicalPlan p) {
+        if (!(p instanceof Filter) || !(((Filter) p).child() instanceof Project)) return p;
+        Filter f = (Filter) p;
+        Project project = (Project) f.child();
+        Map<ExprId, Expression> aiColumns = new HashMap<>(), others = new HashMap<>();
+        boolean held = false;
+        for (NamedExpression n : CollectionConverters.asJava(project.projectList())) {
+            if (((Expression) n).deterministic()) {
+                if (n instanceof Alias) others.put(n.exprId(), ((Alias) n).child());
+                continue;
+            }
+            if (!(n instanceof Alias) || !onlyAiIsNondeterministic(((Alias) n).child())) return p;
+            aiColumns.put(n.exprId(), ((Alias) n).child());
+            held = true;
+        }
+        if (!held) return p;  // Spark's own push-down handles a deterministic projection
+        List<Expression> keep = new ArrayList<>(), push = new ArrayList<>();
+        for (Expression c : AiCalls.conjuncts(f.condition())) {
+            Expression written = writeOut(c, others);
+            boolean below = !QuailEvaluateOnce.reads(c, aiColumns) && c.deterministic() && written.deterministic()
+                && written.references().subsetOf(project.child().outputSet());
+            if (below) push.add(written); else keep.add(c);
+        }
+        if (push.isEmpty()) return p;
+        LogicalPlan grand = new Filter(AiCalls.and(push), project.child());
+        LogicalPlan moved = project.withNewChildren(AiCalls.seq(List.of(grand)));
+        return keep.isEmpty() ? moved : new Filter(AiCalls.and(keep), moved);
+    }
+
+    /** {@code e} with the attributes of {@code aliases} replaced by the expressions they name. */
+    static Expression writeOut(Expression e, Map<ExprId, Expression> aliases) {
+        return e.transformUp(new AiCalls.ExpressionRewrite(x ->
+            x instanceof Attribute && aliases.containsKey(((Attribute) x).exprId())
+                ? aliases.get(((Attribute) x).exprId()) : null));
+    }
+
+    /** Whether every non-deterministic part of {@code e} is an AI call or an internal call of the rules. */
+    static boolean onlyAiIsNondeterministic(Expression e) {
+        if (e.deterministic()) return true;
+        if (AiCalls.isAi(e) || AiCalls.isInternal(e, AiCalls.EVAL) || AiCalls.isInternal(e, AiCalls.CHAIN)
+                || AiCalls.isInternal(e, AiCalls.JOIN) || AiCalls.isInternal(e, AiCalls.MATCH)) {
+            for (Expression c : CollectionConverters.asJava(e.children())) {
+                if (!c.deterministic()) return false;
+            }
+            return true;
+        }
+        for (Expression c : CollectionConverters.asJava(e.children())) {
+            if (!onlyAiIsNondeterministic(c)) return false;
+        }
+        return !isNondeterministicLeaf(e);
+    }
+
+    /** An expression non-deterministic in itself (rand(), uuid(), ...), not through its children. */
+    private static boolean isNondeterministicLeaf(Expression e) {
+        for (Expression c : CollectionConverters.asJava(e.children())) {
+            if (!c.deterministic()) return false;
+        }
+        return !e.deterministic();
+    }
+}
