@@ -228,3 +228,25 @@ def test_an_ai_filter_written_over_a_repartition_runs_after_the_shuffle(rules, o
     plain = rules.range(6).selectExpr("CAST(id AS INT) AS id", "concat('note ', id) AS body")  # no shuffle under it
     coalesced = physical(plain.coalesce(1).where("ai_if('Is {0} rude?', body)"))
     assert "Exchange" not in coalesced and "ArrowEvalPython" in coalesced, coalesced
+
+
+def test_a_filter_on_an_ai_column_reads_its_one_evaluation(rules):
+    """Through a second projection, a repartition or a second where(), the AI column is evaluated
+    once (Spark alone would write it out into the filter and evaluate it again below) and the
+    relational conjunct runs before it."""
+    from pyspark.sql import functions as F
+
+    scored = rules.table("notes").withColumn("s", quail_spark.ai_score("Is {0} rude?", "body"))
+    for df in (scored.withColumn("t", F.lit(1)).where("s > 0.5 AND id > 1"),
+               scored.repartition(3).where("s > 0.5 AND id > 1"),
+               scored.where("s > 0.5").where("id > 1")):
+        plan = df._jdf.queryExecution().optimizedPlan().toString()
+        assert plan.count("ArrowEvalPython") == 1, plan
+        assert re.search(r"Filter .*\(id#\d+ > 1\)", plan[plan.index("ArrowEvalPython"):]), plan
+
+
+def test_a_join_condition_on_an_ai_column_reads_its_one_evaluation(rules):
+    sql = ("SELECT a.id, a.s, t.tid FROM (SELECT id, kind, ai_score('Is {0} rude?', body) AS s FROM notes) a "
+           "JOIN terms t ON a.kind = t.kind AND a.s > 0.5")
+    plan = sections(rules, sql, True)["Optimized Logical Plan"]
+    assert plan.count("ArrowEvalPython") == 1, plan

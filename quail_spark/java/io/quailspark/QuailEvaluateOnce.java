@@ -1,9 +1,10 @@
 package io.quailspark;
 
 import java.util.ArrayList;
-import java.util.HashMap;
+import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 
 import org.apache.spark.sql.catalyst.expressions.Alias;
 import org.apache.spark.sql.catalyst.expressions.Attribute;
@@ -11,9 +12,14 @@ import org.apache.spark.sql.catalyst.expressions.ExprId;
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.NamedExpression;
 import org.apache.spark.sql.catalyst.plans.logical.Filter;
+import org.apache.spark.sql.catalyst.plans.logical.Join;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.catalyst.plans.logical.Project;
+import org.apache.spark.sql.catalyst.plans.logical.RebalancePartitions;
+import org.apache.spark.sql.catalyst.plans.logical.RepartitionOperation;
+import org.apache.spark.sql.catalyst.plans.logical.Sort;
 import org.apache.spark.sql.catalyst.plans.logical.SubqueryAlias;
+import org.apache.spark.sql.catalyst.plans.logical.View;
 import org.apache.spark.sql.catalyst.rules.Rule;
 import scala.jdk.javaapi.CollectionConverters;
 
@@ -22,22 +28,23 @@ import scala.jdk.javaapi.CollectionConverters;
  * an AI column that a filter above reads is evaluated once, not twice.
  *
  * <p>{@code df.withColumn("s", ai_score(...)).where("s > 0.5")}, or
- * {@code SELECT * FROM (SELECT ai_score(...) AS s ...) WHERE s > 0.5}: Spark pushes the filter
+ * {@code SELECT * FROM (SELECT ai_score(...) AS s ...) WHERE s > 0.5}, or a join condition on
+ * such a column ({@code ... a JOIN b ON a.s > 0.5 AND a.k = b.k}): Spark pushes the filter
  * below the projection by writing the alias out, so the AI call runs once in the filter and again
- * in the projection above it (twice the tokens). Here the filter's conjuncts that read no AI
- * column go below the projection (aliases written out, as Spark does), and the AI calls of the
- * columns the filter reads are marked non-deterministic, which Spark does not push a filter
- * through: the filter stays on the projection's output and reads the one evaluation. Relational
- * filters that arrive above later are pushed below the AI projection by {@link QuailPushBelowAi}.
+ * in the projection above it (twice the tokens). Here the AI calls of the columns the filter
+ * reads are marked non-deterministic where a projection defines them (looking down through
+ * projections, aliases, sorts, repartitions and filters, which Spark pushes a filter across):
+ * Spark pushes no filter through that projection, so the filter reads the one evaluation. Its
+ * relational conjuncts still go below the projection: {@link QuailPushBelowAi}.
  *
  * <pre>
  * before: Filter (s > 0.5 AND id > 2)               optimized, without the rule:
  *           +- Project [id, ai_score(q, body) AS s]   Project [id, ai_score(q, body) AS s]
  *              +- child                                +- Filter (ai_score(q, body) > 0.5 AND id > 2)
- * after:  Filter (s > 0.5)                                 +- child
- *           +- Project [id, ai_score(q, body) AS s]   (the call non-deterministic)
- *              +- Filter (id > 2)
- *                 +- child
+ * after:  the same, the call non-deterministic; optimized  +- child
+ *         (with QuailPushBelowAi): Filter (s > 0.5)
+ *                                    +- Project [id, ai_score(q, body) AS s]
+ *                                       +- Filter (id > 2)
  * </pre>
  */
 final class QuailEvaluateOnce extends Rule<LogicalPlan> {
@@ -48,40 +55,60 @@ final class QuailEvaluateOnce extends Rule<LogicalPlan> {
         return plan.resolveOperatorsUp(new AiCalls.PlanRewrite() {
             @Override
             LogicalPlan rewrite(LogicalPlan p) {
-                return p instanceof Filter ? rewriteFilter((Filter) p) : p;
+                if (!p.resolved()) return p;  // analysis failed below: the analyzer reports it
+                if (p instanceof Filter) return rewriteFilter((Filter) p);
+                return p instanceof Join ? rewriteJoin((Join) p) : p;
             }
         });
     }
 
     private static LogicalPlan rewriteFilter(Filter f) {
-        LogicalPlan under = f.child();
-        SubqueryAlias alias = under instanceof SubqueryAlias ? (SubqueryAlias) under : null;
-        if (alias != null) under = alias.child();
-        if (!(under instanceof Project)) return f;
-        Project project = (Project) under;
-        Map<ExprId, Expression> aiColumns = new HashMap<>(), others = new HashMap<>();
-        for (NamedExpression n : CollectionConverters.asJava(project.projectList())) {
-            if (!(n instanceof Alias)) continue;
-            Expression value = ((Alias) n).child();
-            (AiCalls.containsAi(value) ? aiColumns : others).put(n.exprId(), value);
+        Set<ExprId> read = new HashSet<>();
+        for (Attribute a : CollectionConverters.asJava(f.condition().references().toSeq())) read.add(a.exprId());
+        LogicalPlan child = held(f.child(), read);
+        return child == f.child() ? f : new Filter(f.condition(), child);
+    }
+
+    /** A join condition reading an AI column of one side: Spark pushes that conjunct into the side. */
+    private static LogicalPlan rewriteJoin(Join j) {
+        if (j.condition().isEmpty()) return j;
+        Set<ExprId> read = new HashSet<>();
+        for (Attribute a : CollectionConverters.asJava(j.condition().get().references().toSeq())) read.add(a.exprId());
+        LogicalPlan left = held(j.left(), read), right = held(j.right(), read);
+        if (left == j.left() && right == j.right()) return j;
+        return j.withNewChildren(AiCalls.seq(List.of(left, right)));
+    }
+
+    /**
+     * {@code p} with the AI calls of the columns in {@code read} marked non-deterministic where a
+     * projection defines them, looking down through the nodes Spark pushes a filter across.
+     */
+    private static LogicalPlan held(LogicalPlan p, Set<ExprId> read) {
+        if (p instanceof Project) {
+            Project project = (Project) p;
+            List<NamedExpression> fields = new ArrayList<>();
+            boolean changed = false;
+            for (NamedExpression n : CollectionConverters.asJava(project.projectList())) {
+                Expression e = (Expression) n;
+                if (n instanceof Alias && read.contains(n.exprId()) && AiCalls.containsAi(e)) {
+                    Expression pinned = e.transformUp(new AiCalls.ExpressionRewrite(QuailKeepRepartition::pinned));
+                    changed |= pinned != e;
+                    fields.add((NamedExpression) pinned);
+                } else {
+                    fields.add(n);
+                }
+            }
+            LogicalPlan below = held(project.child(), read);
+            if (!changed && below == project.child()) return p;
+            return new Project(AiCalls.seq(fields), below);
         }
-        if (aiColumns.isEmpty() || !reads(f.condition(), aiColumns)) return f;
-        List<Expression> keep = new ArrayList<>(), push = new ArrayList<>();
-        for (Expression c : AiCalls.conjuncts(f.condition())) {
-            Expression written = QuailPushBelowAi.writeOut(c, others);
-            boolean below = !reads(c, aiColumns) && c.deterministic() && written.deterministic()
-                && written.references().subsetOf(project.child().outputSet());
-            if (below) push.add(written); else keep.add(c);
-        }
-        List<NamedExpression> fields = new ArrayList<>();
-        for (NamedExpression n : CollectionConverters.asJava(project.projectList())) {
-            fields.add(n instanceof Alias && aiColumns.containsKey(n.exprId())
-                ? (NamedExpression) ((Expression) n).transformUp(new AiCalls.ExpressionRewrite(QuailKeepRepartition::pinned)) : n);
-        }
-        LogicalPlan grand = push.isEmpty() ? project.child() : new Filter(AiCalls.and(push), project.child());
-        LogicalPlan out = new Project(AiCalls.seq(fields), grand);
-        if (alias != null) out = alias.withNewChildren(AiCalls.seq(List.of(out)));
-        return new Filter(AiCalls.and(keep), out);
+        boolean through = p instanceof SubqueryAlias || p instanceof View || p instanceof Sort
+            || p instanceof RepartitionOperation || p instanceof RebalancePartitions
+            || (p instanceof Filter && ((Filter) p).condition().deterministic());
+        if (!through) return p;
+        LogicalPlan child = p.children().head();
+        LogicalPlan below = held(child, read);
+        return below == child ? p : p.withNewChildren(AiCalls.seq(List.of(below)));
     }
 
     /** Whether {@code e} reads one of the attributes in {@code ids}. */

@@ -43,7 +43,7 @@ final class QuailKeepRepartition extends Rule<LogicalPlan> {
         return plan.resolveOperatorsUp(new AiCalls.PlanRewrite() {
             @Override
             LogicalPlan rewrite(LogicalPlan p) {
-                if (!(p instanceof Filter)) return p;
+                if (!(p instanceof Filter) || !p.resolved()) return p;  // an unresolved plan: the analyzer reports it
                 Filter f = (Filter) p;
                 if (!AiCalls.containsAi(f.condition()) || !overRepartition(f.child())) return p;
                 Expression kept = f.condition().transformUp(new AiCalls.ExpressionRewrite(QuailKeepRepartition::pinned));
