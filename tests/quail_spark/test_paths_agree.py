@@ -94,7 +94,11 @@ SHAPES = [
     ("two_column_in_a_chain", "SELECT id FROM notes WHERE ai_if('Does {0} fit the category {1}?', body, kind) "
      f"AND ai_if('{LONG}', body)", None),
     ("filter_on_an_ai_column", f"SELECT * FROM (SELECT id, ai_score('{COMPLAINT}', body) AS s, "
-     f"ai_if('{ANIMAL}', body) AS a FROM notes) WHERE s > 0.4 AND NOT a AND id > 1", None),
+     f"ai_if('{ANIMAL}', body) AS a FROM notes) WHERE (s > 0.5 OR NOT a) AND id > 1", None),
+    ("or_over_repartition", "SELECT id FROM (SELECT /*+ REPARTITION(3) */ * FROM notes) "
+     f"WHERE ai_if('{ANIMAL}', body) OR year < 2020", None),
+    ("classify_over_rebalance", "SELECT id, kind FROM (SELECT /*+ REBALANCE(kind) */ * FROM notes) "
+     "WHERE ai_classify(body, array('shopping', 'pets', 'sports')) = 'pets' AND id > 1", None),
     ("filter_over_repartition", "SELECT id FROM (SELECT /*+ REPARTITION(3) */ * FROM notes) "
      f"WHERE ai_if('{ANIMAL}', body) AND ai_if('{COMPLAINT}', body, map('selectivity', 0.4)) AND year > 2018", None),
 ]
