@@ -231,7 +231,7 @@ def test_an_ai_filter_written_over_a_repartition_runs_after_the_shuffle(rules, o
 
 
 def test_a_filter_on_an_ai_column_reads_its_one_evaluation(rules):
-    """Through a second projection, a repartition or a second where(), the AI column is evaluated
+    """Through a second projection, a repartition, a second where() or a rename, the AI column is evaluated
     once (Spark alone would write it out into the filter and evaluate it again below) and the
     relational conjunct runs before it."""
     from pyspark.sql import functions as F
@@ -239,7 +239,8 @@ def test_a_filter_on_an_ai_column_reads_its_one_evaluation(rules):
     scored = rules.table("notes").withColumn("s", quail_spark.ai_score("Is {0} rude?", "body"))
     for df in (scored.withColumn("t", F.lit(1)).where("s > 0.5 AND id > 1"),
                scored.repartition(3).where("s > 0.5 AND id > 1"),
-               scored.where("s > 0.5").where("id > 1")):
+               scored.where("s > 0.5").where("id > 1"),
+               scored.selectExpr("id", "s AS t").where("t > 0.5 AND id > 1")):
         plan = df._jdf.queryExecution().optimizedPlan().toString()
         assert plan.count("ArrowEvalPython") == 1, plan
         assert re.search(r"Filter .*\(id#\d+ > 1\)", plan[plan.index("ArrowEvalPython"):]), plan

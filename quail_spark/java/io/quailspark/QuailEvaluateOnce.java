@@ -87,9 +87,13 @@ final class QuailEvaluateOnce extends Rule<LogicalPlan> {
         if (p instanceof Project) {
             Project project = (Project) p;
             List<NamedExpression> fields = new ArrayList<>();
+            Set<ExprId> readBelow = new HashSet<>(read);  // a renamed column reads what it renames
             boolean changed = false;
             for (NamedExpression n : CollectionConverters.asJava(project.projectList())) {
                 Expression e = (Expression) n;
+                if (n instanceof Alias && read.contains(n.exprId())) {
+                    for (Attribute a : CollectionConverters.asJava(e.references().toSeq())) readBelow.add(a.exprId());
+                }
                 if (n instanceof Alias && read.contains(n.exprId()) && AiCalls.containsAi(e)) {
                     Expression pinned = e.transformUp(new AiCalls.ExpressionRewrite(QuailKeepRepartition::pinned));
                     changed |= pinned != e;
@@ -98,7 +102,7 @@ final class QuailEvaluateOnce extends Rule<LogicalPlan> {
                     fields.add(n);
                 }
             }
-            LogicalPlan below = held(project.child(), read);
+            LogicalPlan below = held(project.child(), readBelow);
             if (!changed && below == project.child()) return p;
             return new Project(AiCalls.seq(fields), below);
         }
