@@ -63,8 +63,8 @@ final class AiCalls {
 
     /**
      * The same expression up to expression ids. Unlike {@code semanticEquals}, true for
-     * non-deterministic ones too: an AI call written over a repartition is marked so
-     * ({@link QuailKeepRepartition}) and is still one call wherever it is repeated.
+     * non-deterministic ones too: an AI call held in place is marked so ({@link QuailKeepRepartition},
+     * {@link QuailEvaluateOnce}) and is still one call wherever it is repeated.
      */
     static boolean same(Expression a, Expression b) {
         return a.canonicalized().equals(b.canonicalized());

@@ -3,7 +3,6 @@ package io.quailspark;
 import java.util.ArrayList;
 import java.util.HashSet;
 import java.util.List;
-import java.util.Map;
 import java.util.Set;
 
 import org.apache.spark.sql.catalyst.expressions.Alias;
@@ -17,9 +16,6 @@ import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.catalyst.plans.logical.Project;
 import org.apache.spark.sql.catalyst.plans.logical.RebalancePartitions;
 import org.apache.spark.sql.catalyst.plans.logical.RepartitionOperation;
-import org.apache.spark.sql.catalyst.plans.logical.Sort;
-import org.apache.spark.sql.catalyst.plans.logical.SubqueryAlias;
-import org.apache.spark.sql.catalyst.plans.logical.View;
 import org.apache.spark.sql.catalyst.rules.Rule;
 import scala.jdk.javaapi.CollectionConverters;
 
@@ -63,17 +59,14 @@ final class QuailEvaluateOnce extends Rule<LogicalPlan> {
     }
 
     private static LogicalPlan rewriteFilter(Filter f) {
-        Set<ExprId> read = new HashSet<>();
-        for (Attribute a : CollectionConverters.asJava(f.condition().references().toSeq())) read.add(a.exprId());
-        LogicalPlan child = held(f.child(), read);
+        LogicalPlan child = held(f.child(), ids(f.condition()));
         return child == f.child() ? f : new Filter(f.condition(), child);
     }
 
     /** A join condition reading an AI column of one side: Spark pushes that conjunct into the side. */
     private static LogicalPlan rewriteJoin(Join j) {
         if (j.condition().isEmpty()) return j;
-        Set<ExprId> read = new HashSet<>();
-        for (Attribute a : CollectionConverters.asJava(j.condition().get().references().toSeq())) read.add(a.exprId());
+        Set<ExprId> read = ids(j.condition().get());
         LogicalPlan left = held(j.left(), read), right = held(j.right(), read);
         if (left == j.left() && right == j.right()) return j;
         return j.withNewChildren(AiCalls.seq(List.of(left, right)));
@@ -91,10 +84,9 @@ final class QuailEvaluateOnce extends Rule<LogicalPlan> {
             boolean changed = false;
             for (NamedExpression n : CollectionConverters.asJava(project.projectList())) {
                 Expression e = (Expression) n;
-                if (n instanceof Alias && read.contains(n.exprId())) {
-                    for (Attribute a : CollectionConverters.asJava(e.references().toSeq())) readBelow.add(a.exprId());
-                }
-                if (n instanceof Alias && read.contains(n.exprId()) && AiCalls.containsAi(e)) {
+                boolean isRead = n instanceof Alias && read.contains(n.exprId());
+                if (isRead) readBelow.addAll(ids(e));
+                if (isRead && AiCalls.containsAi(e)) {
                     Expression pinned = e.transformUp(new AiCalls.ExpressionRewrite(QuailKeepRepartition::pinned));
                     changed |= pinned != e;
                     fields.add((NamedExpression) pinned);
@@ -106,20 +98,18 @@ final class QuailEvaluateOnce extends Rule<LogicalPlan> {
             if (!changed && below == project.child()) return p;
             return new Project(AiCalls.seq(fields), below);
         }
-        boolean through = p instanceof SubqueryAlias || p instanceof View || p instanceof Sort
-            || p instanceof RepartitionOperation || p instanceof RebalancePartitions
-            || (p instanceof Filter && ((Filter) p).condition().deterministic());
+        boolean through = QuailKeepRepartition.crossed(p) || p instanceof RepartitionOperation
+            || p instanceof RebalancePartitions;
         if (!through) return p;
         LogicalPlan child = p.children().head();
         LogicalPlan below = held(child, read);
         return below == child ? p : p.withNewChildren(AiCalls.seq(List.of(below)));
     }
 
-    /** Whether {@code e} reads one of the attributes in {@code ids}. */
-    static boolean reads(Expression e, Map<ExprId, Expression> ids) {
-        for (Attribute a : CollectionConverters.asJava(e.references().toSeq())) {
-            if (ids.containsKey(a.exprId())) return true;
-        }
-        return false;
+    /** The expression ids of the attributes {@code e} reads. */
+    static Set<ExprId> ids(Expression e) {
+        Set<ExprId> out = new HashSet<>();
+        for (Attribute a : CollectionConverters.asJava(e.references().toSeq())) out.add(a.exprId());
+        return out;
     }
 }

@@ -57,13 +57,15 @@ final class QuailKeepRepartition extends Rule<LogicalPlan> {
         while (true) {
             if (p instanceof RepartitionOperation) return ((RepartitionOperation) p).shuffle();
             if (p instanceof RebalancePartitions) return true;
-            if (p instanceof SubqueryAlias || p instanceof View || p instanceof Project || p instanceof Sort
-                    || (p instanceof Filter && ((Filter) p).condition().deterministic())) {
-                p = p.children().head();
-            } else {
-                return false;
-            }
+            if (!(p instanceof Project) && !crossed(p)) return false;
+            p = p.children().head();
         }
+    }
+
+    /** A one-child node (other than a projection or a repartition) that Spark pushes a filter across. */
+    static boolean crossed(LogicalPlan p) {
+        return p instanceof SubqueryAlias || p instanceof View || p instanceof Sort
+            || (p instanceof Filter && ((Filter) p).condition().deterministic());
     }
 
     /** The AI call marked non-deterministic, or null where there is nothing to change. */

@@ -1,9 +1,13 @@
 package io.quailspark;
 
 import java.util.ArrayList;
+import java.util.Collections;
 import java.util.HashMap;
+import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
+import java.util.stream.Stream;
 
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.catalyst.expressions.Alias;
@@ -45,23 +49,22 @@ public class QuailPushBelowAi extends AiRule {
         if (!(p instanceof Filter) || !(((Filter) p).child() instanceof Project)) return p;
         Filter f = (Filter) p;
         Project project = (Project) f.child();
-        Map<ExprId, Expression> aiColumns = new HashMap<>(), others = new HashMap<>();
-        boolean held = false;
+        Set<ExprId> aiColumns = new HashSet<>();
+        Map<ExprId, Expression> others = new HashMap<>();
         for (NamedExpression n : CollectionConverters.asJava(project.projectList())) {
             if (((Expression) n).deterministic()) {
                 if (n instanceof Alias) others.put(n.exprId(), ((Alias) n).child());
                 continue;
             }
             if (!(n instanceof Alias) || !onlyAiIsNondeterministic(((Alias) n).child())) return p;
-            aiColumns.put(n.exprId(), ((Alias) n).child());
-            held = true;
+            aiColumns.add(n.exprId());
         }
-        if (!held) return p;  // Spark's own push-down handles a deterministic projection
+        if (aiColumns.isEmpty()) return p;  // Spark's own push-down handles a deterministic projection
         List<Expression> keep = new ArrayList<>(), push = new ArrayList<>();
         for (Expression c : AiCalls.conjuncts(f.condition())) {
             Expression written = writeOut(c, others);
-            boolean below = !QuailEvaluateOnce.reads(c, aiColumns) && c.deterministic() && written.deterministic()
-                && written.references().subsetOf(project.child().outputSet());
+            boolean below = Collections.disjoint(QuailEvaluateOnce.ids(c), aiColumns) && c.deterministic()
+                && written.deterministic() && written.references().subsetOf(project.child().outputSet());
             if (below) push.add(written); else keep.add(c);
         }
         if (push.isEmpty()) return p;
@@ -80,24 +83,13 @@ public class QuailPushBelowAi extends AiRule {
     /** Whether every non-deterministic part of {@code e} is an AI call or an internal call of the rules. */
     static boolean onlyAiIsNondeterministic(Expression e) {
         if (e.deterministic()) return true;
-        if (AiCalls.isAi(e) || AiCalls.isInternal(e, AiCalls.EVAL) || AiCalls.isInternal(e, AiCalls.CHAIN)
-                || AiCalls.isInternal(e, AiCalls.JOIN) || AiCalls.isInternal(e, AiCalls.MATCH)) {
-            for (Expression c : CollectionConverters.asJava(e.children())) {
-                if (!c.deterministic()) return false;
-            }
-            return true;
-        }
-        for (Expression c : CollectionConverters.asJava(e.children())) {
-            if (!onlyAiIsNondeterministic(c)) return false;
-        }
-        return !isNondeterministicLeaf(e);
-    }
-
-    /** An expression non-deterministic in itself (rand(), uuid(), ...), not through its children. */
-    private static boolean isNondeterministicLeaf(Expression e) {
-        for (Expression c : CollectionConverters.asJava(e.children())) {
-            if (!c.deterministic()) return false;
-        }
-        return !e.deterministic();
+        boolean call = AiCalls.isAi(e) || Stream.of(AiCalls.EVAL, AiCalls.CHAIN, AiCalls.JOIN, AiCalls.MATCH)
+            .anyMatch(name -> AiCalls.isInternal(e, name));
+        List<Expression> children = CollectionConverters.asJava(e.children());
+        // a call holds only deterministic arguments; any other node is non-deterministic through its children
+        // alone (one non-deterministic in itself, rand() or uuid(), has none that are)
+        if (call) return children.stream().allMatch(Expression::deterministic);
+        return !children.stream().allMatch(Expression::deterministic)
+            && children.stream().allMatch(QuailPushBelowAi::onlyAiIsNondeterministic);
     }
 }
