@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import torch
-from torch.profiler import ProfilerActivity, profile
+from torch.profiler import ProfilerActivity, profile, record_function
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_workloads as wl  # noqa: E402
@@ -29,6 +29,7 @@ from public_bench import Words  # noqa: E402
 from gpu_worker import Engine, EngineConfig  # noqa: E402
 
 log = logging.getLogger("profile_public")
+OP_MARK = "profile_public.operation"  # the profiled call's span on the host
 # kernel family by name (first match wins); names as CUDA reports them (cuBLAS/CUTLASS GEMMs, Triton kernels)
 FAMILIES = (("gemm", ("gemm", "sm90_xmma", "cutlass", "cublas", "_scaled_mm", "nvjet", "sm80_xmma")),
             ("context attention", ("_seg_attn_kernel",)),
@@ -67,10 +68,29 @@ def gaps(intervals, t0: float, min_us: float = 1000.0) -> list:
     return out
 
 
+def gap_buckets(intervals) -> dict:
+    """Idle seconds between kernels by the length of each idle stretch (launch-bound stretches are the short ones)."""
+    out = {"under_20us": 0.0, "20us_to_200us": 0.0, "200us_to_1ms": 0.0, "over_1ms": 0.0}
+    end = None
+    for a, b in sorted(intervals):
+        if end is not None and a > end:
+            g = a - end
+            k = "under_20us" if g < 20 else "20us_to_200us" if g < 200 else "200us_to_1ms" if g < 1000 else "over_1ms"
+            out[k] += g / 1e6
+        end = b if end is None else max(end, b)
+    return out
+
+
 def breakdown(prof, wall: float) -> dict:
-    kernels, intervals = {}, []
+    kernels, intervals, op, first_cpu = {}, [], None, None
     for e in prof.events():
+        if e.name == OP_MARK:  # the host's span (its GPU-side annotation is not a kernel)
+            if e.device_type != torch.autograd.DeviceType.CUDA:
+                op = e.time_range
+            continue
         if e.device_type != torch.autograd.DeviceType.CUDA:
+            if e.name.startswith("aten::") or e.name.startswith("cuda"):
+                first_cpu = e.time_range.start if first_cpu is None else min(first_cpu, e.time_range.start)
             continue
         t = e.time_range
         intervals.append((t.start, t.end))
@@ -82,7 +102,13 @@ def breakdown(prof, wall: float) -> dict:
     busy = busy_seconds(intervals)
     top = sorted(kernels.items(), key=lambda kv: -kv[1])[:15]
     idle = gaps(intervals, min(a for a, _ in intervals)) if intervals else []
+    edges = {}
+    if op is not None and intervals:  # the operation's own span against its first and last kernel
+        edges = {"lead_in_ms": (min(a for a, _ in intervals) - op.start) / 1e3,
+                 "first_host_op_ms": None if first_cpu is None else (first_cpu - op.start) / 1e3,
+                 "tail_ms": (op.end - max(b for _, b in intervals)) / 1e3}
     return {"wall_s": wall, "gpu_busy_s": busy, "host_gap_s": wall - busy, "host_gap_share": (wall - busy) / wall,
+            **edges, "idle_by_stretch_s": gap_buckets(intervals),
             "kernel_s": gpu, "family_share": {f: s / gpu for f, s in sorted(fams.items(), key=lambda kv: -kv[1])}
             if gpu else {}, "top_kernels": [{"name": n[:120], "s": s, "share": s / gpu} for n, s in top],
             "idle_over_1ms": {"count": len(idle), "s": sum(g for _, g in idle) / 1e3, "at_ms_len_ms": idle[:60]}}
@@ -103,8 +129,9 @@ def run(eng, dev, fn, trace: bool):
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
     with profile(activities=acts) if trace else _null() as prof:
         t0 = time.perf_counter()
-        fn()
-        sync(dev)
+        with record_function(OP_MARK) if trace else _null():
+            fn()
+            sync(dev)
         wall = time.perf_counter() - t0
     st = {"wall_s": wall, "requested_tok_s": eng.stats["requested_tokens"] / wall,
           "passes": eng.stats["forward_passes"], "fresh_tokens": eng.stats["fresh_tokens"],
@@ -113,6 +140,27 @@ def run(eng, dev, fn, trace: bool):
     if trace:
         st["profile"] = breakdown(prof, wall)
     return st
+
+
+def host_profile(dev, fn, top: int = 25) -> dict:
+    """The host's own time in one more run under cProfile: the functions of most self time and most
+    cumulative time (file:line name, seconds). The device runs meanwhile; this is the host's side only."""
+    import cProfile
+    import pstats
+
+    pr = cProfile.Profile()
+    t0 = time.perf_counter()
+    pr.enable()
+    fn()
+    sync(dev)
+    pr.disable()
+    wall = time.perf_counter() - t0
+    st = pstats.Stats(pr)
+
+    def rows(key):
+        items = sorted(st.stats.items(), key=lambda kv: -kv[1][key])[:top]
+        return [[f"{Path(f).name}:{ln} {name}", round(v[key], 4), v[1]] for (f, ln, name), v in items]
+    return {"wall_s": wall, "by_self_s": rows(2), "by_cumulative_s": rows(3)}
 
 
 class _null:
@@ -133,6 +181,7 @@ def main(argv=None):
     ap.add_argument("--bio2-anchors", type=int, default=40, help="BIO-2's anchors profiled (of 500)")
     ap.add_argument("--token-budget", type=int, default=None, help="EngineConfig.token_budget (default: the engine's)")
     ap.add_argument("--workloads", default="FILTER,JOIN,BIO2")
+    ap.add_argument("--host-profile", action="store_true", help="one more run of each workload under cProfile")
     ap.add_argument("--commit", default="unknown")
     ap.add_argument("--name", default="profile.json")
     ap.add_argument("--out", default="benchmarks/results")
@@ -160,6 +209,9 @@ def main(argv=None):
         for label, trace in (("untraced", False), ("untraced_again", False), ("traced", True)):
             docs = w.texts(n_f, f_words)  # fresh documents each run: nothing cached
             res.setdefault("FILTER 2048x300", {})[label] = run(eng, dev, lambda: eng.filter(docs, [wl.QUESTION]), trace)
+        if args.host_profile:
+            docs = w.texts(n_f, f_words)
+            res["FILTER 2048x300"]["host"] = host_profile(dev, lambda: eng.filter(docs, [wl.QUESTION]))
         p = res["FILTER 2048x300"]["traced"]["profile"]
         log.info("FILTER: untraced %.2f s, again %.2f s; traced %.2f s, GPU busy %.2f s, host gaps %.1f%%; %s",
                  res["FILTER 2048x300"]["untraced"]["wall_s"], res["FILTER 2048x300"]["untraced_again"]["wall_s"],
@@ -178,6 +230,9 @@ def main(argv=None):
         traced_in = make()  # fresh anchors: nothing cached
         traced = run(eng, dev, lambda: eng.join(*traced_in, wl.JOIN_QUESTION), trace=True)
         res[name] = {"untraced": untraced, "untraced_again": again, "traced": traced}
+        if args.host_profile:
+            host_in = make()
+            res[name]["host"] = host_profile(dev, lambda: eng.join(*host_in, wl.JOIN_QUESTION))
         p = traced["profile"]
         log.info("%s: untraced %.2f s (%.0f tok/s), again %.2f s (%.0f tok/s), allocator %s / %s; traced %.2f s, "
                  "GPU busy %.2f s, host gaps %.1f%%; %s", name, untraced["wall_s"], untraced["requested_tok_s"],

@@ -79,22 +79,19 @@ class ModelRunner:
     def _context_slots(job, base, cache) -> torch.Tensor:
         """int64 slots of the job's context (host): its base's (an anchor's, converted once per pass for
         all the groups below it) and then the nodes between. A context (partly) stored by this pass
-        names its slots in the job."""
-        ctx, full = job.ctx, job.ctx_slots
+        names its nodes' slots in the job."""
+        ctx = job.ctx
+        per_node = job.ctx_slots if job.ctx_slots is not None else [n.slots for n in ctx.path()]
+        k, covered = 0, 0
+        while covered < base.end:  # the nodes down to the base
+            covered += len(per_node[k])
+            k += 1
         bkey = ("base", id(base))
         if bkey not in cache:
-            cache[bkey] = torch.tensor(full[:base.end] if full is not None else base.context_slots(), dtype=torch.long)
+            cache[bkey] = torch.tensor([x for s in per_node[:k] for x in s], dtype=torch.long)
         if ctx is base:
             return cache[bkey]
-        if full is not None:
-            extra = full[base.end:]
-        else:
-            below, n = [], ctx
-            while n is not base:
-                below.append(n)
-                n = n.parent
-            extra = [x for n in reversed(below) for x in n.slots]
-        return torch.cat([cache[bkey], torch.tensor(extra, dtype=torch.long)])
+        return torch.cat([cache[bkey], torch.tensor([x for s in per_node[k:] for x in s], dtype=torch.long)])
 
     def _to_device_all(self, xs: list[torch.Tensor]) -> list[torch.Tensor]:
         """int64 host tensors on the device: one pinned buffer and one copy for the whole pass."""

@@ -41,7 +41,7 @@ class Job:
     store: list[list[int] | None]  # slots per node, None where its KV is not kept
     outputs: list[tuple[int, int]] = field(default_factory=list)  # (token offset, request)
     optional: set[int] = field(default_factory=set)  # indices of nodes stored with no pending user
-    ctx_slots: list[int] | None = None  # slots of the context's tokens, when part of it is stored in this pass
+    ctx_slots: list[list[int]] | None = None  # slots of each context node (root down), when some are stored in this pass
 
     @property
     def start(self) -> int:
@@ -114,15 +114,15 @@ class Scheduler:
     def done(self) -> bool:
         return self.cursor >= len(self.order)
 
-    def next_pass(self) -> list[Job]:
+    def next_pass(self, room: int | None = None) -> list[Job]:
+        """The jobs of one pass of at most `room` fresh tokens (default: the budget)."""
         self.passes_planned += 1
         self.tree.passes += 1  # pass ids are unique over the tree's life
         self.pass_id = self.tree.passes
         jobs: list[Job] = []
-        room = self.budget
+        room = self.budget if room is None else min(room, self.budget)
         self._ctx_ids, self._base_ids, self._ctx_tokens, self._stop = set(), set(), 0, False
         self._planned: dict[int, list[int]] = {}  # id(node) -> slots it is stored in by a job of this pass
-        self._ctx_slots: dict[int, list[int]] = {}  # id(ctx) -> its context's slots, for contexts stored in it
         i = self.cursor
         while i < len(self.order) and room >= MIN_CHUNK:
             r = self.order[i]
@@ -193,10 +193,9 @@ class Scheduler:
                 return None
         if ctx is not None:
             self.tree.mark_read(ctx)
-            job.ctx_slots = self._ctx_slots.get(id(ctx))
-            if job.ctx_slots is None and any(id(n) in planned for n in ctx.path()):
-                job.ctx_slots = self._ctx_slots[id(ctx)] = [
-                    x for n in ctx.path() for x in (n.slots if n.slots is not None else planned[id(n)])]
+            path = ctx.path()
+            if any(id(n) in planned for n in path):  # per node, not flattened: an anchor's slots are one list
+                job.ctx_slots = [n.slots if n.slots is not None else planned[id(n)] for n in path]
         for idx, (n, slots) in enumerate(zip(job.nodes, job.store)):
             if slots is not None and n.slots is None and idx not in job.optional:
                 planned[id(n)] = slots  # needed later: a later job of this pass may read it

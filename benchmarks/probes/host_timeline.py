@@ -1,0 +1,124 @@
+"""Where an operation's host time sits against its passes: lead-in (call to the first pass launched), each
+pass's preparation and launch, the waits on the device, and the tail (last pass read to the call's return).
+
+Host timestamps (ms from the call) of Engine.join on JOIN 8 x 1,000 and BIO-2 scaled to --bio2-anchors, and
+of Engine.filter on FILTER 2,048 x 300 words, fresh texts each run, after a warm-up. The engine's own
+methods are wrapped for timing only (below the public API). Optional variants patch module constants.
+
+    PYTHONPATH=.:benchmarks python3 benchmarks/probes/host_timeline.py --tokenizer .cache/tok --out $OUT
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import bench_workloads as wl  # noqa: E402
+from gpu_bench import sync  # noqa: E402
+from public_bench import Words  # noqa: E402
+
+from gpu_worker import Engine, EngineConfig  # noqa: E402
+from gpu_worker import runner as runner_mod  # noqa: E402
+
+
+def instrument(eng, log: list):
+    """Wrap the runner's run, the launched passes' waits, and the engine's collect/margins with timestamps."""
+    r = eng.passes.runner
+    run, build = r.run, r.build
+    wait = runner_mod.Launched.wait
+
+    def t_run(jobs):
+        a = time.perf_counter()
+        out = run(jobs)
+        log.append(("run", a, time.perf_counter(), sum(j.num_tokens for j in jobs), len(jobs)))
+        return out
+
+    def t_build(jobs):
+        a = time.perf_counter()
+        out = build(jobs)
+        log.append(("build", a, time.perf_counter()))
+        return out
+
+    def t_wait(self):
+        a = time.perf_counter()
+        out = wait(self)
+        log.append(("wait", a, time.perf_counter()))
+        return out
+
+    r.run, r.build = t_run, t_build
+    runner_mod.Launched.wait = t_wait
+    for name in ("_collect", "_margins"):
+        f = getattr(eng, name)
+
+        def timed(*a, _f=f, _n=name):
+            s = time.perf_counter()
+            out = _f(*a)
+            log.append((_n, s, time.perf_counter()))
+            return out
+        setattr(eng, name, timed)
+
+
+def timeline(eng, dev, fn, log) -> dict:
+    log.clear()
+    sync(dev)
+    t0 = time.perf_counter()
+    fn()
+    sync(dev)
+    end = time.perf_counter()
+    ms = lambda t: round((t - t0) * 1e3, 1)  # noqa: E731
+    runs = [e for e in log if e[0] == "run"]
+    waits = [e for e in log if e[0] == "wait"]
+    builds = [e for e in log if e[0] == "build"]
+    return {"wall_ms": ms(end), "first_run_enter_ms": ms(runs[0][1]), "first_run_exit_ms": ms(runs[0][2]),
+            "first_build_ms": round((builds[0][2] - builds[0][1]) * 1e3, 1),
+            "passes": [[ms(a), ms(b), tok, jobs] for _, a, b, tok, jobs in runs],
+            "waits": [[ms(a), ms(b)] for _, a, b in waits],
+            "last_wait_exit_ms": ms(max(b for _, _, b in waits)),
+            "after_last_wait_ms": round((end - max(b for _, _, b in waits)) * 1e3, 1),
+            "collect": [[e[0], ms(e[1]), ms(e[2])] for e in log if e[0] in ("_collect", "_margins")]}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tokenizer", default=None)
+    ap.add_argument("--model", default="qwen3-4b-random")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--bio2-anchors", type=int, default=40)
+    ap.add_argument("--anchor-words", type=int, default=5000)
+    ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument("--ramp", default=None, help="the engine's first-pass fractions, e.g. '0.0625,0.25' ('' none)")
+    ap.add_argument("--name", default="host_timeline.json")
+    ap.add_argument("--commit", default="unknown")
+    ap.add_argument("--out", default="benchmarks/probes/results")
+    args = ap.parse_args(argv)
+    dev = torch.device(args.device)
+    eng = Engine(EngineConfig(model=args.model, device=args.device, tokenizer=args.tokenizer))
+    if args.ramp is not None:
+        eng.passes.ramp_fractions = tuple(float(x) for x in args.ramp.split(",") if x)
+    w = Words(eng.tokenizer, 43)
+    eng.join(w.texts(2, 500), w.partners(50), wl.JOIN_QUESTION)
+    eng.filter(w.texts(64, 300), [wl.QUESTION])
+    log: list = []
+    instrument(eng, log)
+    res = {"commit": args.commit, "ramp": eng.passes.ramp_fractions, "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"}
+    work = {"JOIN 8x1000": lambda: (lambda a, p: lambda: eng.join(a, p, wl.JOIN_QUESTION))(
+                w.texts(8, args.anchor_words), w.partners(1000)),
+            "FILTER 2048x300": lambda: (lambda d: lambda: eng.filter(d, [wl.QUESTION]))(w.texts(2048, 300)),
+            f"BIO-2 {args.bio2_anchors} anchors": lambda: (lambda a, p: lambda: eng.join(a, p, wl.JOIN_QUESTION))(
+                w.texts(args.bio2_anchors, args.anchor_words), w.partners(1127))}
+    for name, make in work.items():
+        res[name] = [timeline(eng, dev, make(), log) for _ in range(args.runs)]
+        for r in res[name]:
+            print(name, {k: v for k, v in r.items() if k not in ("passes", "waits", "collect")},
+                  "passes", r["passes"][:3], "collect", r["collect"], flush=True)
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    (Path(args.out) / args.name).write_text(json.dumps(res, indent=1))
+
+
+if __name__ == "__main__":
+    main()
