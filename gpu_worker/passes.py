@@ -12,7 +12,7 @@ import numpy as np
 from .kv_pool import PagePool
 from .prefix_tree import Node, PrefixTree
 from .runner import ModelRunner
-from .scheduler import MIN_CHUNK, Scheduler
+from .scheduler import Scheduler
 
 log = logging.getLogger("gpu_worker")
 
@@ -20,11 +20,6 @@ log = logging.getLogger("gpu_worker")
 # preparation of an operation's next chunk (its requests inserted, its first pass planned) overlaps
 # with this many passes of the device's work. Stream order keeps reused KV slots safe.
 IN_FLIGHT = 2
-# On a GPU the first passes launched onto an idle device are smaller (fractions of the token budget): the
-# device starts after a short plan (planning and packing a pass costs the host ~20-40 us per job), and each
-# next pass is planned while the smaller one before it runs. A join of 8 anchors x 1,000 partners otherwise
-# waits ~0.1 s for its first full pass of ~2,000 jobs. (On a CPU the host computes the passes itself: none.)
-RAMP = (1 / 16, 1 / 4)
 TREE_COUNTERS = {"kv_kept_tokens": "kept_tokens", "kv_kept_unread_tokens": "kept_unread_tokens",
                  "evict_visited": "evict_visited", "evicted_nodes": "evicted_nodes"}
 
@@ -53,15 +48,13 @@ class Passes:
     """
 
     def __init__(self, runner: ModelRunner, kv_slots: int, token_budget: int, ctx_budget: int, n_head: int,
-                 share: bool, stats: dict, ramp: tuple[float, ...] = ()):
+                 share: bool, stats: dict):
         self.runner = runner
         self.kv_slots, self.token_budget, self.ctx_budget = kv_slots, token_budget, ctx_budget
         self.n_head = n_head  # logits per request (the answer tokens' columns)
         self.share = share  # prefix caching: requests share their common prefixes
         self.stats = stats
         self.in_flight: deque = deque()  # (Launched, logits array it fills) of passes not read yet
-        self.ramp_fractions = ramp  # of the token budget: the first passes after the device was idle
-        self.ramp = len(ramp)  # passes of the ramp launched since the device was last idle
         self.new_tree()
 
     def new_tree(self):
@@ -152,16 +145,10 @@ class Passes:
         left are no more than a pass serves on average (they wait for the next chunk's)."""
         passes, last_log = 0, t0
         in_flight = self.in_flight
-        if not in_flight:  # the device is idle: ramp up
-            self.ramp = 0
         while not sched.done:
             if hold and sched.passes_planned and sched.left <= (len(sched.ends) - sched.left) // sched.passes_planned:
                 break
-            room = None
-            if self.ramp < len(self.ramp_fractions):
-                room = max(MIN_CHUNK, int(self.ramp_fractions[self.ramp] * self.token_budget))
-                self.ramp += 1
-            jobs = sched.next_pass(room)
+            jobs = sched.next_pass()
             if not jobs:
                 raise RuntimeError("scheduler made no progress (a bug): no job could run")
             in_flight.append((self.runner.run(jobs), out))

@@ -145,23 +145,3 @@ def test_an_error_in_a_later_chunk_of_a_join_leaves_nothing_running(eng256):
     again = eng.join(anchors[-2::-1], partners[::-1], JQ)
     fresh = Engine(EngineConfig(model=MODEL, token_budget=4096))
     assert np.allclose(again, fresh.join(anchors[-2::-1], partners[::-1], JQ), atol=1e-5)
-
-
-def test_ramped_first_passes_give_the_same_margins(eng256):
-    """After the device was idle the first passes are fractions of the budget (on a GPU; set here on a
-    CPU engine): a join and a filter give the margins of full passes, and the later passes are full."""
-    ramped = Engine(EngineConfig(model=MODEL, token_budget=256))
-    ramped.passes.ramp_fractions = (1 / 16, 1 / 4)
-    sizes = []
-    run = ramped.passes.runner.run
-    ramped.passes.runner.run = lambda jobs: sizes.append(sum(j.num_tokens for j in jobs)) or run(jobs)
-    anchors, docs = _texts(12, 30, 50, 8), _texts(30, 8, 30, 9)
-    partners = _texts(15, 1, 4, 10)
-    got_j = ramped.join(anchors, partners, JQ)
-    assert sizes[0] <= 16 and sizes[1] <= 64 and max(sizes) == 256  # the ramp, then full passes
-    assert np.allclose(got_j, eng256.join(anchors, partners, JQ), atol=1e-5)
-    sizes.clear()
-    got_f = ramped.filter(docs, [Q])
-    assert sizes[0] <= 16 and sizes[1] <= 64  # a new operation on an idle device ramps again
-    assert np.allclose(got_f, eng256.filter(docs, [Q]), atol=1e-5)
-    assert not ramped.passes.in_flight and ramped.stats["kv_regret_tokens"] == 0
