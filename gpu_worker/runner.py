@@ -82,10 +82,7 @@ class ModelRunner:
         names its nodes' slots in the job."""
         ctx = job.ctx
         per_node = job.ctx_slots if job.ctx_slots is not None else [n.slots for n in ctx.path()]
-        k, covered = 0, 0
-        while covered < base.end:  # the nodes down to the base
-            covered += len(per_node[k])
-            k += 1
+        k = len(base.path())  # the nodes down to the base (it is on the context's path)
         bkey = ("base", id(base))
         if bkey not in cache:
             cache[bkey] = torch.tensor([x for s in per_node[:k] for x in s], dtype=torch.long)

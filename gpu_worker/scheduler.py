@@ -114,13 +114,12 @@ class Scheduler:
     def done(self) -> bool:
         return self.cursor >= len(self.order)
 
-    def next_pass(self, room: int | None = None) -> list[Job]:
-        """The jobs of one pass of at most `room` fresh tokens (default: the budget)."""
+    def next_pass(self) -> list[Job]:
         self.passes_planned += 1
         self.tree.passes += 1  # pass ids are unique over the tree's life
         self.pass_id = self.tree.passes
         jobs: list[Job] = []
-        room = self.budget if room is None else min(room, self.budget)
+        room = self.budget
         self._ctx_ids, self._base_ids, self._ctx_tokens, self._stop = set(), set(), 0, False
         self._planned: dict[int, list[int]] = {}  # id(node) -> slots it is stored in by a job of this pass
         i = self.cursor
