@@ -58,26 +58,27 @@ def busy_seconds(intervals) -> float:
     return total / 1e6
 
 
-def gaps(intervals, t0: float, min_us: float = 1000.0) -> list:
-    """(offset from the first kernel, length) in ms of each idle stretch over `min_us` between kernels."""
+def idle_stretches(intervals) -> list:
+    """(start, length) in microseconds of each idle stretch between kernels."""
     out, end = [], None
     for a, b in sorted(intervals):
-        if end is not None and a - end > min_us:
-            out.append((round((end - t0) / 1e3, 1), round((a - end) / 1e3, 1)))
+        if end is not None and a > end:
+            out.append((end, a - end))
         end = b if end is None else max(end, b)
     return out
 
 
-def gap_buckets(intervals) -> dict:
-    """Idle seconds between kernels by the length of each idle stretch (launch-bound stretches are the short ones)."""
+def gaps(idle, t0: float, min_us: float = 1000.0) -> list:
+    """(offset from the first kernel, length) in ms of each idle stretch over `min_us`."""
+    return [(round((s - t0) / 1e3, 1), round(g / 1e3, 1)) for s, g in idle if g > min_us]
+
+
+def gap_buckets(idle) -> dict:
+    """Idle seconds by the length of each idle stretch (launch-bound stretches are the short ones)."""
     out = {"under_20us": 0.0, "20us_to_200us": 0.0, "200us_to_1ms": 0.0, "over_1ms": 0.0}
-    end = None
-    for a, b in sorted(intervals):
-        if end is not None and a > end:
-            g = a - end
-            k = "under_20us" if g < 20 else "20us_to_200us" if g < 200 else "200us_to_1ms" if g < 1000 else "over_1ms"
-            out[k] += g / 1e6
-        end = b if end is None else max(end, b)
+    for _, g in idle:
+        k = "under_20us" if g < 20 else "20us_to_200us" if g < 200 else "200us_to_1ms" if g < 1000 else "over_1ms"
+        out[k] += g / 1e6
     return out
 
 
@@ -101,14 +102,16 @@ def breakdown(prof, wall: float) -> dict:
         fams[family(name)] = fams.get(family(name), 0.0) + s
     busy = busy_seconds(intervals)
     top = sorted(kernels.items(), key=lambda kv: -kv[1])[:15]
-    idle = gaps(intervals, min(a for a, _ in intervals)) if intervals else []
+    stretches = idle_stretches(intervals)
+    first = min(a for a, _ in intervals) if intervals else None
+    idle = gaps(stretches, first) if intervals else []
     edges = {}
     if op is not None and intervals:  # the operation's own span against its first and last kernel
-        edges = {"lead_in_ms": (min(a for a, _ in intervals) - op.start) / 1e3,
+        edges = {"lead_in_ms": (first - op.start) / 1e3,
                  "first_host_op_ms": None if first_cpu is None else (first_cpu - op.start) / 1e3,
                  "tail_ms": (op.end - max(b for _, b in intervals)) / 1e3}
     return {"wall_s": wall, "gpu_busy_s": busy, "host_gap_s": wall - busy, "host_gap_share": (wall - busy) / wall,
-            **edges, "idle_by_stretch_s": gap_buckets(intervals),
+            **edges, "idle_by_stretch_s": gap_buckets(stretches),
             "kernel_s": gpu, "family_share": {f: s / gpu for f, s in sorted(fams.items(), key=lambda kv: -kv[1])}
             if gpu else {}, "top_kernels": [{"name": n[:120], "s": s, "share": s / gpu} for n, s in top],
             "idle_over_1ms": {"count": len(idle), "s": sum(g for _, g in idle) / 1e3, "at_ms_len_ms": idle[:60]}}

@@ -3,7 +3,8 @@ pass's preparation and launch, the waits on the device, and the tail (last pass 
 
 Host timestamps (ms from the call) of Engine.join on JOIN 8 x 1,000 and BIO-2 scaled to --bio2-anchors, and
 of Engine.filter on FILTER 2,048 x 300 words, fresh texts each run, after a warm-up. The engine's own
-methods are wrapped for timing only (below the public API). Optional variants patch module constants.
+methods are wrapped for timing only (below the public API). (At 207e3df a --ramp option set the engine's
+first-pass fractions, which 3164be8 removed: `results/h200_207e3df/`.)
 
     PYTHONPATH=.:benchmarks python3 benchmarks/probes/host_timeline.py --tokenizer .cache/tok --out $OUT
 """
@@ -91,21 +92,18 @@ def main(argv=None):
     ap.add_argument("--bio2-anchors", type=int, default=40)
     ap.add_argument("--anchor-words", type=int, default=5000)
     ap.add_argument("--runs", type=int, default=2)
-    ap.add_argument("--ramp", default=None, help="the engine's first-pass fractions, e.g. '0.0625,0.25' ('' none)")
     ap.add_argument("--name", default="host_timeline.json")
     ap.add_argument("--commit", default="unknown")
     ap.add_argument("--out", default="benchmarks/probes/results")
     args = ap.parse_args(argv)
     dev = torch.device(args.device)
     eng = Engine(EngineConfig(model=args.model, device=args.device, tokenizer=args.tokenizer))
-    if args.ramp is not None:
-        eng.passes.ramp_fractions = tuple(float(x) for x in args.ramp.split(",") if x)
     w = Words(eng.tokenizer, 43)
     eng.join(w.texts(2, 500), w.partners(50), wl.JOIN_QUESTION)
     eng.filter(w.texts(64, 300), [wl.QUESTION])
     log: list = []
     instrument(eng, log)
-    res = {"commit": args.commit, "ramp": eng.passes.ramp_fractions, "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"}
+    res = {"commit": args.commit, "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"}
     work = {"JOIN 8x1000": lambda: (lambda a, p: lambda: eng.join(a, p, wl.JOIN_QUESTION))(
                 w.texts(8, args.anchor_words), w.partners(1000)),
             "FILTER 2048x300": lambda: (lambda d: lambda: eng.filter(d, [wl.QUESTION]))(w.texts(2048, 300)),
