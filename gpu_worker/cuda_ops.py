@@ -344,6 +344,9 @@ class CudaOps:
             return TorchOps.silu_and_mul(gate_up, quant)
         return self.kernels.silu_and_mul_fp8(gate_up) if quant else self.kernels.silu_and_mul(gate_up)
 
+    def swiglu(self, x, gate_up):
+        return self.silu_and_mul(self.linear(x, gate_up))
+
     def quant_rows(self, x):
         return TorchOps.quant_rows(x) if self.kernels is None else self.kernels.quant_rows(x)
 

@@ -36,18 +36,38 @@ def linear(x, w):
     return x @ w.t()
 
 
+def swiglu(x, gate_up):
+    """silu(x @ gate.t()) * (x @ up.t()) for gate_up = [gate; up] ([2 * n, k]). On the CPU through two oneDNN
+    linears with the activation and the product fused into their epilogues (the gate's output takes
+    SiLU while in cache, the up projection multiplies it in): no [T, 2n] intermediate, no separate
+    SiLU and product passes (SmolLM2's MLP on one core: ~5% faster than linear + silu_and_mul); the
+    same float32 operations in another rounding order. Elsewhere linear + silu_and_mul."""
+    if x.device.type == "cpu" and x.dtype in (torch.float32, torch.bfloat16) and _onednn_ok() and x.shape[0]:
+        n = gate_up.shape[0] // 2
+        g = torch.ops.mkldnn._linear_pointwise(x, gate_up[:n], None, "swish", [], "")
+        return torch.ops.mkldnn._linear_pointwise.binary(x, g, gate_up[n:], None, "mul")
+    return TorchOps.silu_and_mul(linear(x, gate_up))
+
+
 def rmsnorm(x, weight, eps):
     h = x.float()
     h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    if h.dtype == x.dtype:  # float32 (the CPU's dtype): the weight multiplies in place, no second temporary
+        return h.mul_(weight) if weight.dtype == h.dtype else weight * h
     return weight * h.to(x.dtype)
 
 
 def rotate(x, cos, sin):
-    """x: [T, h, d]; cos, sin: [T, d/2] -> rotated x (HF rotate_half layout), float32."""
+    """x: [T, h, d]; cos, sin: [T, d/2] -> rotated x (HF rotate_half layout), float32. Both halves written
+    into one output (a product, then a fused multiply-add each): no concatenation, no temporaries."""
     half = x.shape[-1] // 2
     x1, x2 = x[..., :half].float(), x[..., half:].float()
     c, s = cos[:, None, :], sin[:, None, :]
-    return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
+    out = torch.empty(x.shape, dtype=torch.float32, device=x.device)
+    o1, o2 = out[..., :half], out[..., half:]
+    torch.mul(x1, c, out=o1).addcmul_(x2, s, value=-1)
+    torch.mul(x2, c, out=o2).addcmul_(x1, s)
+    return out
 
 
 class TorchOps:
@@ -71,6 +91,10 @@ class TorchOps:
         g, u = gate_up.chunk(2, dim=-1)
         y = torch.nn.functional.silu(g) * u
         return quant_rows(y) if quant else y
+
+    @staticmethod
+    def swiglu(x, gate_up):
+        return swiglu(x, gate_up)
 
     @staticmethod
     def quant_rows(x):

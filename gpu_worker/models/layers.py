@@ -94,7 +94,7 @@ class MLP(nn.Module):
             dtype = self.down_proj.weight.dtype
             gate_up = project(x, None, self.gate_up_fp8, dtype, ops)
             return project(ops.silu_and_mul(gate_up, quant=True), None, self.down_fp8, dtype, ops)
-        return ops.linear(ops.silu_and_mul(ops.linear(x, self.gate_up_weight)), self.down_proj.weight)
+        return ops.linear(ops.swiglu(x, self.gate_up_weight), self.down_proj.weight)
 
 
 class DecoderLayer(nn.Module):

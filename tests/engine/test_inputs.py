@@ -26,7 +26,9 @@ def test_null_documents_give_nan_everywhere(smol_engine):
     j = smol_engine.join(["a", None, " "], [None, "b", ""], "Does DOCUMENT 1 mention DOCUMENT 2?")
     assert np.isnan(j[1:]).all() and np.isnan(j[:, [0, 2]]).all() and not np.isnan(j[0, 1])
     p = smol_engine.pairs(["a", None, "a", "a"], ["b", "b", "\n", "b"], "Does DOCUMENT 1 mention DOCUMENT 2?")
-    assert np.isnan(p[1:3]).all() and p[0] == p[3] and abs(p[0] - j[0, 1]) < 1e-5
+    # the same prompt in other passes: float32 rounding of other row counts (oneDNN's kernels sum a
+    # one-row product in another order), a few 1e-5 on SmolLM2's margins
+    assert np.isnan(p[1:3]).all() and p[0] == p[3] and abs(p[0] - j[0, 1]) < 1e-4
 
 
 def test_documents_must_be_text_named_by_row(tiny):
