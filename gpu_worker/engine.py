@@ -341,8 +341,8 @@ class Engine:
         done: (indices into out, logits array `_run` returned) per `_run` call."""
         self.stats["wall_s"] += self.passes.drain()  # the last chunk's last passes
         for where, logits in done:
-            if where:  # (row, column) per request: one fancy-indexed write, not one per pair
-                rows, cols = np.asarray(where, dtype=np.int64).T
+            if len(where):  # (row, column) per request: one fancy-indexed write, not one per pair
+                rows, cols = np.asarray(where, dtype=np.int64).reshape(-1, 2).T
                 out[rows, cols] = self._margins(logits)
 
     def _margins(self, logits: np.ndarray) -> np.ndarray:

@@ -2,6 +2,8 @@
 over-long prompts truncated (on_overflow='truncate') or refused with their row."""
 from __future__ import annotations
 
+import numpy as np
+
 from .prompts import PromptRenderer, PromptTooLong
 
 
@@ -20,17 +22,27 @@ class RequestFitter:
         self.stats = stats
 
     def join_requests(self, a_toks, p_toks, question: str, row0: int = 0):
-        """(requests, (row0 + anchor, partner) of each) of a join; every partner's request shares its anchor's prefix."""
+        """(requests, int64 [n, 2] (row0 + anchor, partner) of each) of a join. Every partner's request
+        shares its anchor's prefix list, and every anchor's request for a partner shares that
+        partner's suffix list (partner + answer cue, built once per call): a join of A anchors x P
+        partners allocates A + P token lists, not A x P (the requests are only read)."""
         head, mid, post = self.renderer.join_parts(question)
-        reqs, where = [], []
+        live = [p_i for p_i, p in enumerate(p_toks) if p is not None]
+        tails = [p_toks[p_i] + post for p_i in live]
+        longest = max(map(len, tails), default=0)
+        reqs, rows = [], []
         for a_i, a in enumerate(a_toks):
-            if a is None:
+            if a is None or not live:
                 continue
             pre = head + a + mid  # built once per anchor: every partner's request shares this list
-            for p_i, p in enumerate(p_toks):
-                if p is not None:
-                    reqs.append(self.pair_request(row0 + a_i, pre, a, head, mid, p, post))
-                    where.append((row0 + a_i, p_i))
+            if len(pre) + longest <= self.limit:
+                reqs.extend(zip([pre] * len(tails), tails))
+            else:
+                reqs.extend(self.pair_request(row0 + a_i, pre, a, head, mid, p_toks[p_i], post) for p_i in live)
+            rows.append(row0 + a_i)
+        where = np.empty((len(rows) * len(live), 2), dtype=np.int64)
+        where[:, 0] = np.repeat(np.asarray(rows, dtype=np.int64), len(live))
+        where[:, 1] = np.tile(np.asarray(live, dtype=np.int64), len(rows))
         return reqs, where
 
     def pair_request(self, row, pre, a, head, mid, p, post):
