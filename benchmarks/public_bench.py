@@ -349,14 +349,17 @@ def main(argv=None):
                     "--quantize, compared (sign agreement, max diff) by a --quantize fp8 run of the same sections")
     ap.add_argument("--ctx-launch", default="", help="KEY=VALUE,... over gpu_worker.cuda_ops.CTX_CONFIG (the "
                     "context kernel's launch; integers, true/false), to compare launches in one lease")
+    ap.add_argument("--ctx-launch-fp8", default="", help="KEY=VALUE,... over gpu_worker.cuda_ops.CTX_CONFIG_FP8 (the "
+                    "context kernel's launch on float8 keys, the FP8 engine's join contexts)")
     ap.add_argument("--name", default="public_bench.json")
     ap.add_argument("--out", default="benchmarks/results")
     args = ap.parse_args(argv)
-    for kv in filter(None, args.ctx_launch.split(",")):
-        key, val = kv.split("=")
-        if not val.isdigit() and val.lower() not in ("true", "false"):
-            raise SystemExit(f"--ctx-launch {kv!r}: an integer or true/false")
-        cuda_ops.CTX_CONFIG[key] = int(val) if val.isdigit() else val.lower() == "true"
+    for flag, conf in (("--ctx-launch", cuda_ops.CTX_CONFIG), ("--ctx-launch-fp8", cuda_ops.CTX_CONFIG_FP8)):
+        for kv in filter(None, getattr(args, flag[2:].replace("-", "_")).split(",")):
+            key, val = kv.split("=")
+            if not val.isdigit() and val.lower() not in ("true", "false"):
+                raise SystemExit(f"{flag} {kv!r}: an integer or true/false")
+            conf[key] = int(val) if val.isdigit() else val.lower() == "true"
     if args.smoke:
         args.model, args.device, args.hf_sample = args.model or "tiny-qwen3-random", args.device or "cpu", 8
     args.model, args.device = args.model or "qwen3-4b-random", args.device or "cuda"
@@ -369,7 +372,7 @@ def main(argv=None):
     res = {"commit": args.commit, "command": " ".join(sys.argv), "torch": torch.__version__,
            "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu", "model": args.model,
            "quantize": args.quantize, "ctx_config": dict(cuda_ops.CTX_CONFIG),
-           "sizes": sz, "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+           "ctx_config_fp8": dict(cuda_ops.CTX_CONFIG_FP8), "sizes": sz, "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
     res["matmul_tflops"] = rate = matmul_rate(dev)
     t0 = time.perf_counter()
     eng = Engine(EngineConfig(model=args.model, device=args.device, tokenizer=args.tokenizer,

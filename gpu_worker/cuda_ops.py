@@ -43,6 +43,9 @@ FOLD_CTX_SOLO = 1024  # ... and one this long when a single sequence uses it (no
 # step, warps, pipeline depth, keys through tensor descriptors (H200: 575 TFLOP/s on the JOIN context,
 # benchmarks/probes/results/attn_probe.json)
 CTX_CONFIG = {"block_m": 128, "block_n": 128, "num_warps": 8, "num_stages": 3, "tma": True}
+# the same kernel on float8 keys (the FP8 engine's join contexts): keys of one byte leave shared memory
+# for more stages; these entries override CTX_CONFIG's there
+CTX_CONFIG_FP8: dict = {}
 
 
 @dataclass
@@ -324,6 +327,7 @@ class CudaOps:
         self.ctx_fp8 = ctx_fp8 and ctx_attn == "fused" and self.kernels is not None
         self.short_max = TRITON_MAX_Q
         self.ctx_config = dict(CTX_CONFIG, **(ctx_config or {}))
+        self.ctx_config_fp8 = dict(CTX_CONFIG_FP8)
         self.name = "cuda+triton" if self.kernels is not None else "cuda"
 
     # elementwise (quant=True: quantized rows for an FP8 projection, fused into the kernel) ---------
@@ -415,6 +419,8 @@ class CudaOps:
         if not on_gpu:  # Triton's interpreter: the launcher's defaults
             return {}
         c = self.ctx_config
+        if fp8:
+            c = dict(c, **self.ctx_config_fp8)
         if fp8 and head_dim != 128:  # float8 keys through descriptors: measured (and checked) at d=128 only
             c = dict(c, tma=False)  # (at d=32 Triton 3.6 stopped with an illegal instruction on the H200)
         if head_dim > 128:  # K and V tiles of 128 x d x 3 stages would not fit in shared memory

@@ -40,6 +40,9 @@ VARIANTS = {  # name: (block_m, block_n, num_warps, num_stages)
     "m64_n64_w4_s2": (64, 64, 4, 2),
     "m64_n64_w4_s3": (64, 64, 4, 3),
     "m128_n64_w8_s3": (128, 64, 8, 3),
+    "m128_n128_w8_s4": (128, 128, 8, 4),  # float8 keys only: 16-bit K and V tiles at 4 stages do not fit
+    "m128_n64_w8_s4": (128, 64, 8, 4),
+    "m128_n64_w8_s5": (128, 64, 8, 5),
 }
 
 
