@@ -53,7 +53,9 @@ def test_scheduler_serves_every_request_once_under_a_tiny_budget():
     assert sched.fresh == 40 + 6 * 5 and sched.regret == 0
 
 
-@pytest.mark.parametrize("lens", [[7, 13, 1], [400, 9]])  # the second: the square causal call (>= 384 rows)
+# [7, 13, 1] and [400, 9] (the square causal call, >= 384 rows): unequal lengths, one call per sequence;
+# [9, 9, 8]: nearly equal, one padded call
+@pytest.mark.parametrize("lens", [[7, 13, 1], [400, 9], [9, 9, 8]])
 def test_folded_and_split_context_attention_agree(lens):
     """A short context folded into the causal call equals the split + LSE-merge path (float32 math)."""
     import torch
@@ -80,3 +82,23 @@ def test_folded_and_split_context_attention_agree(lens):
         ref = attend(qq, keys, vals, torch.tensor([C + b - a]))[0][0, :, C:].transpose(0, 1)
         assert torch.allclose(split[a:b], ref, atol=1e-5), (split[a:b] - ref).abs().max()
         assert torch.allclose(folded[a:b], ref, atol=1e-5), (folded[a:b] - ref).abs().max()
+
+
+def test_folded_attention_padded_or_per_sequence_agree(monkeypatch):
+    """A folded group's sequences in one padded call or one call each: the same result."""
+    import torch
+
+    from gpu_worker import attention
+    from gpu_worker.attention import AttnMeta, Group, split_attention_torch
+
+    g = torch.Generator().manual_seed(1)
+    lens = [30, 4, 17, 1, 22]
+    T, C = sum(lens), 12
+    q, k, v = (torch.randn(T, h, 16, generator=g) for h in (6, 2, 2))
+    kc, vc = (torch.randn(C, 2, 16, generator=g) for _ in range(2))
+    meta = AttnMeta(cu_seqlens=[0] + np.cumsum(lens).tolist(), groups=[Group(torch.arange(C), 0, len(lens), 0, T)],
+                    write_slots=torch.full((T,), -1), logit_index=torch.zeros(0, dtype=torch.long))
+    each = split_attention_torch(q, k, v, kc, vc, meta)
+    monkeypatch.setattr(attention, "UNPADDED_MAX_SEQS", 0)
+    padded = split_attention_torch(q, k, v, kc, vc, meta)
+    torch.testing.assert_close(each, padded, rtol=1e-5, atol=1e-5)
