@@ -354,8 +354,9 @@ def main(argv=None):
     ap.add_argument("--name", default="public_bench.json")
     ap.add_argument("--out", default="benchmarks/results")
     args = ap.parse_args(argv)
-    for flag, conf in (("--ctx-launch", cuda_ops.CTX_CONFIG), ("--ctx-launch-fp8", cuda_ops.CTX_CONFIG_FP8)):
-        for kv in filter(None, getattr(args, flag[2:].replace("-", "_")).split(",")):
+    for flag, given, conf in (("--ctx-launch", args.ctx_launch, cuda_ops.CTX_CONFIG),
+                              ("--ctx-launch-fp8", args.ctx_launch_fp8, cuda_ops.CTX_CONFIG_FP8)):
+        for kv in filter(None, given.split(",")):
             key, val = kv.split("=")
             if not val.isdigit() and val.lower() not in ("true", "false"):
                 raise SystemExit(f"{flag} {kv!r}: an integer or true/false")
@@ -372,7 +373,8 @@ def main(argv=None):
     res = {"commit": args.commit, "command": " ".join(sys.argv), "torch": torch.__version__,
            "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu", "model": args.model,
            "quantize": args.quantize, "ctx_config": dict(cuda_ops.CTX_CONFIG),
-           "ctx_config_fp8": dict(cuda_ops.CTX_CONFIG_FP8), "sizes": sz, "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+           "ctx_config_fp8": dict(cuda_ops.CTX_CONFIG_FP8), "sizes": sz,
+           "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
     res["matmul_tflops"] = rate = matmul_rate(dev)
     t0 = time.perf_counter()
     eng = Engine(EngineConfig(model=args.model, device=args.device, tokenizer=args.tokenizer,

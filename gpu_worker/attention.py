@@ -142,23 +142,23 @@ def split_attention_torch(q, k, v, k_cache, v_cache, meta: AttnMeta, merge_fn=me
         lens = [cu[i + 1] - cu[i] for i in range(g.seq_lo, g.seq_hi)]
         L = max(lens)
         C = 0 if g.ctx_slots is None else g.ctx_slots.numel()
-        if 0 < C <= fold_ctx and len(lens) <= UNPADDED_MAX_SEQS and L * len(lens) > UNPADDED_WASTE * sum(lens):
-            # a few sequences of unequal lengths (documents after a chat frame): one call each, no padding
+        if 0 < C <= fold_ctx:
             kc = k_cache.index_select(0, g.ctx_slots).transpose(0, 1)[None]  # [1, n_kv, C, d]
             vc = v_cache.index_select(0, g.ctx_slots).transpose(0, 1)[None]
-            for i in range(g.seq_lo, g.seq_hi):
-                a, b = cu[i], cu[i + 1]
-                qi, ki, vi = (x[a:b].transpose(0, 1)[None] for x in (q, k, v))
-                o = attend_prefixed(qi, torch.cat([kc, ki], 2), torch.cat([vc, vi], 2), C)
-                out[a:b] = o[0].transpose(0, 1)
+            if len(lens) <= UNPADDED_MAX_SEQS and L * len(lens) > UNPADDED_WASTE * sum(lens):
+                # a few sequences of unequal lengths (documents after a chat frame): one call each, no padding
+                for i in range(g.seq_lo, g.seq_hi):
+                    a, b = cu[i], cu[i + 1]
+                    qi, ki, vi = (x[a:b].transpose(0, 1)[None] for x in (q, k, v))
+                    o = attend_prefixed(qi, torch.cat([kc, ki], 2), torch.cat([vc, vi], 2), C)
+                    out[a:b] = o[0].transpose(0, 1)
+            else:
+                qs, ks, vs = (_pad(x, cu, g, L) for x in (q, k, v))  # [S, heads, L, d]
+                kc, vc = (x.expand(len(lens), -1, -1, -1) for x in (kc, vc))
+                o = attend_prefixed(qs, torch.cat([kc, ks], 2), torch.cat([vc, vs], 2), C)
+                out[g.tok_lo:g.tok_hi] = _unpad(o, lens)
             continue
         qs, ks, vs = (_pad(x, cu, g, L) for x in (q, k, v))  # [S, heads, L, d]
-        if 0 < C <= fold_ctx:
-            kc = k_cache.index_select(0, g.ctx_slots).transpose(0, 1)[None].expand(len(lens), -1, -1, -1)
-            vc = v_cache.index_select(0, g.ctx_slots).transpose(0, 1)[None].expand(len(lens), -1, -1, -1)
-            o = attend_prefixed(qs, torch.cat([kc, ks], 2), torch.cat([vc, vs], 2), C)
-            out[g.tok_lo:g.tok_hi] = _unpad(o, lens)
-            continue
         o_self, lse_self = attend_fast(qs, ks, vs, causal=True)
         o_self, lse_self = _unpad(o_self, lens), _unpad(lse_self.unsqueeze(-1), lens).squeeze(-1)
         if C > 0:

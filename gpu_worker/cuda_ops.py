@@ -327,7 +327,7 @@ class CudaOps:
         self.ctx_fp8 = ctx_fp8 and ctx_attn == "fused" and self.kernels is not None
         self.short_max = TRITON_MAX_Q
         self.ctx_config = dict(CTX_CONFIG, **(ctx_config or {}))
-        self.ctx_config_fp8 = dict(CTX_CONFIG_FP8)
+        self.ctx_config_fp8 = dict(self.ctx_config, **CTX_CONFIG_FP8)  # float8 keys: merged once
         self.name = "cuda+triton" if self.kernels is not None else "cuda"
 
     # elementwise (quant=True: quantized rows for an FP8 projection, fused into the kernel) ---------
@@ -418,9 +418,7 @@ class CudaOps:
     def _launch(self, on_gpu: bool, head_dim: int, fp8: bool = False) -> dict:
         if not on_gpu:  # Triton's interpreter: the launcher's defaults
             return {}
-        c = self.ctx_config
-        if fp8:
-            c = dict(c, **self.ctx_config_fp8)
+        c = self.ctx_config_fp8 if fp8 else self.ctx_config
         if fp8 and head_dim != 128:  # float8 keys through descriptors: measured (and checked) at d=128 only
             c = dict(c, tma=False)  # (at d=32 Triton 3.6 stopped with an illegal instruction on the H200)
         if head_dim > 128:  # K and V tiles of 128 x d x 3 stages would not fit in shared memory

@@ -26,12 +26,17 @@ def _onednn_ok() -> bool:
     return _ONEDNN
 
 
+def _onednn_takes(x) -> bool:
+    """Whether oneDNN's CPU kernels run a product with `x` as input (float32 or bfloat16 on the CPU)."""
+    return x.device.type == "cpu" and x.dtype in (torch.float32, torch.bfloat16) and _onednn_ok()
+
+
 def linear(x, w):
     """x @ w.t() (x: [T, k], w: [n, k]). On the CPU through oneDNN's linear: torch's x86 builds send a
     float32 matmul to MKL, whose kernels on AMD processors take their AVX2 path (SmolLM2's projections
     on one EPYC core: ~95 GFLOP/s through MKL, ~210 through oneDNN with AVX-512, the same float32
     products in another summation order); elsewhere, and where oneDNN is missing, a plain matmul."""
-    if x.device.type == "cpu" and x.dtype in (torch.float32, torch.bfloat16) and _onednn_ok():
+    if _onednn_takes(x):
         return torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], "")
     return x @ w.t()
 
@@ -42,7 +47,7 @@ def swiglu(x, gate_up):
     SiLU while in cache, the up projection multiplies it in): no [T, 2n] intermediate, no separate
     SiLU and product passes (SmolLM2's MLP on one core: ~5% faster than linear + silu_and_mul); the
     same float32 operations in another rounding order. Elsewhere linear + silu_and_mul."""
-    if x.device.type == "cpu" and x.dtype in (torch.float32, torch.bfloat16) and _onednn_ok() and x.shape[0]:
+    if _onednn_takes(x) and x.shape[0]:
         n = gate_up.shape[0] // 2
         g = torch.ops.mkldnn._linear_pointwise(x, gate_up[:n], None, "swish", [], "")
         return torch.ops.mkldnn._linear_pointwise.binary(x, g, gate_up[n:], None, "mul")
