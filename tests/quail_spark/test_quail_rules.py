@@ -43,6 +43,9 @@ CASES = [  # (rule, case, query)
     ("ai_join", "short_side_first", SHORT_FIRST),
     ("ai_join", "anchor_hint", ANCHOR_HINT),
     ("ai_join_order", "selective_join_first", THREE_WAY),
+    ("ai_join_order", "joins_without_hints",  # the order goes into a hint each call is given
+     "SELECT n.id, t.tid, c.cid FROM notes n JOIN terms t ON ai_if('Does {0} mention {1}?', n.body, t.term) "
+     "JOIN cats c ON ai_if('Is {0} a kind of {1}?', t.term, c.cat)"),
     ("ai_join", "equality_stays_a_hash_join",
      "SELECT n.id, t.tid FROM notes n JOIN terms t ON n.kind = t.kind AND ai_if('Does {0} mention {1}?', n.body, t.term)"),
     ("evaluate_once", "filter_on_an_ai_column",  # off: the call twice (in the pushed-down filter and the project)

@@ -183,7 +183,9 @@ final class AiCalls {
         kv.add(literal(key));
         kv.add(value);
         args.add(new org.apache.spark.sql.catalyst.expressions.CreateNamedStruct(seq(kv)));
-        return p.udf.withNewChildren(seq(args));
+        // a copy, not withNewChildren: a call written without a hint gains an argument
+        PythonUDF u = p.udf;
+        return u.copy(u.name(), u.func(), u.dataType(), seq(args), u.evalType(), u.udfDeterministic(), u.resultId());
     }
 
     /** A foldable hint's keys (lower-cased) and values as text, in the order written. */
