@@ -18,6 +18,9 @@ follow it, with an optional last ``map(...)`` of hints.
 """
 from __future__ import annotations
 
+import math
+import re
+
 import sqlglot
 from sqlglot import exp
 from sqlglot.tokens import TokenType
@@ -26,7 +29,8 @@ from gpu_worker.ai_calls import FUNCTIONS, Call, placeholders
 from quail_spark.errors import HintError, TemplateError, UnsupportedSQL
 
 IGNORED_KWARGS = {"connection_id", "endpoint", "model", "model_params", "output_schema"}
-HINT_KEYS = ("selectivity", "anchor")
+HINT_KEYS = ("selectivity", "anchor", "tokens", "tokens_1", "tokens_2", "...")  # tokens_N: argument {N}
+_TOKENS_KEY = re.compile(r"tokens(_[1-9][0-9]*)?$")
 DIALECTS = ("spark", "bigquery", "snowflake")
 
 
@@ -157,7 +161,7 @@ def _ai_call(node, name: str) -> Call:
             labels = pos.pop()
         if labels is None or not isinstance(labels, exp.Array):
             raise TemplateError(node.sql()[:80], "expected the labels as array('a', 'b', ...)")
-        labels = tuple(_literal(v) for v in labels.expressions)
+        labels = tuple(_label(i, v, labels) for i, v in enumerate(labels.expressions, 1))
     text, args = _template(pos, name, node)
     hints = _hints(hints)
     tables = [a.table if isinstance(a, exp.Column) else "" for a in args]
@@ -220,6 +224,15 @@ def _is_map(node) -> bool:
         isinstance(node, exp.Anonymous) and node.name.lower() == "object_construct")
 
 
+def _label(i: int, node, labels):
+    """A label of ai_classify: a literal string (a NULL label is refused by position, as Spark's check does)."""
+    while isinstance(node, (exp.Cast, exp.TryCast, exp.Paren)):
+        node = node.this
+    if isinstance(node, exp.Null):
+        raise TemplateError(labels.sql()[:80], f"ai_classify: label {i} is NULL; the labels must be strings")
+    return _literal(node)
+
+
 def _literal(node):
     if isinstance(node, exp.Paren):
         return _literal(node.this)
@@ -244,12 +257,28 @@ def _hints(node) -> tuple:
     out = []
     for k, v in pairs:
         key, value = str(_literal(k) if isinstance(k, exp.Literal) else k.name).lower(), _literal(v)
-        if key not in HINT_KEYS:
-            raise HintError(key, f"unknown hint; expected one of {list(HINT_KEYS)}")
-        if key == "selectivity" and (isinstance(value, str) or not 0.0 <= float(value) <= 1.0):
-            raise HintError(key, f"expected a number in [0, 1], got {value!r}")
-        out.append((key, float(value) if key == "selectivity" else value))
+        tokens = bool(_TOKENS_KEY.match(key))
+        if key not in ("selectivity", "anchor") and not tokens:
+            raise HintError(key, f"unknown hint; expected one of {', '.join(HINT_KEYS)}")
+        if key == "selectivity" or tokens:  # numbers, or text that reads as one (as Spark's hint does)
+            x = _number(value)
+            if key == "selectivity" and not (x is not None and 0.0 <= x <= 1.0):
+                raise HintError(key, f"expected a number in [0, 1], got {value!r}")
+            if tokens and not (x is not None and 0.0 < x < math.inf):
+                raise HintError(key, f"expected a positive number of tokens, got {value!r}")
+            value = x
+        out.append((key, value))
     return tuple(out)
+
+
+def _number(value):
+    """A hint's number: a numeric literal, or text that reads as one; None otherwise."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def _spark_call(call: Call) -> exp.Expression:

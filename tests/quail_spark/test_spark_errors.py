@@ -47,3 +47,32 @@ def test_prompt_too_long_names_the_row(spark):
 def test_bad_engine_settings(spark):
     with pytest.raises(TypeError, match="unknown engine setting"):
         QuailSession(spark, token_budjet=1024)
+
+
+@pytest.mark.parametrize("sql, words", [
+    ("SELECT id FROM notes WHERE ai_if('Is {0} rude?', body, map('selectivity', 1.5))",
+     ["ai_if", "'selectivity'", "[0, 1]", "1.5"]),
+    ("SELECT id FROM notes WHERE ai_if('Is {0} rude?', body, map('selectivty', 0.3))",
+     ["ai_if", "'selectivty'", "unknown hint"]),
+    ("SELECT id FROM notes WHERE ai_score('Is {0} rude?', body, map('tokens', 0)) > 0.5",
+     ["ai_score", "'tokens'", "positive"]),
+    ("SELECT id, ai_classify(body, array('pets', NULL)) FROM notes", ["ai_classify", "label 2", "NULL"]),
+    ("SELECT id, ai_classify(body, array('pets')) FROM notes", ["ai_classify", "at least 2 labels"]),
+])
+@pytest.mark.parametrize("rules", ["true", "false"])
+def test_spark_sql_refuses_bad_hints_and_labels_at_analysis(spark, qs, no_jobs, sql, words, rules):
+    """spark.sql, with the optimizer rules on or off, refuses what QuailSession's front end refuses,
+    by name and before any job (the extension's check rule)."""
+    spark.conf.set("spark.quail.optimizer.enabled", rules)
+    try:
+        with pytest.raises(AnalysisException) as info:
+            spark.sql(sql).collect()
+    finally:
+        spark.conf.set("spark.quail.optimizer.enabled", "true")
+    assert all(w in str(info.value) for w in words), str(info.value)
+
+
+def test_spark_sql_accepts_tokens_hints(spark, qs):
+    rows = spark.sql("SELECT count(*) FROM notes WHERE body IS NULL AND "
+                     "ai_if('Is {0} rude?', body, map('tokens', 300, 'selectivity', '0.3'))").collect()
+    assert rows[0][0] == 0

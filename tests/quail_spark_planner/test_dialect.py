@@ -114,8 +114,21 @@ def test_text_spark_cannot_parse_is_left_to_spark():
     ("SELECT r.id FROM reports r JOIN terms t ON ai_if('Is {0} about {1}?', r.text, t.term, "
      "map('anchor', 'x'))", HintError, ["'anchor'", "'x'", "['r', 't']"]),
     ("SELECT id FROM reviews WHERE ai_if('Is {0} rude?', text, map('speed', 2))", HintError, ["unknown hint"]),
+    ("SELECT id FROM reviews WHERE ai_if('Is {0} rude?', text, map('tokens', -3))", HintError,
+     ["'tokens'", "positive", "-3"]),
+    ("SELECT id FROM reviews WHERE ai_if('Is {0} rude?', text, map('selectivity', 'high'))", HintError,
+     ["'selectivity'", "'high'"]),
+    ("SELECT ai_classify(text, array('a', NULL)) FROM reviews", TemplateError, ["label 2 is NULL"]),
 ])
 def test_errors_name_what_is_wrong(sql, error, words):
     with pytest.raises(error) as info:
         to_spark(sql)
     assert all(w in str(info.value) for w in words), str(info.value)
+
+
+def test_tokens_hints_and_numeric_text_are_accepted():
+    """The hints Spark's check accepts (tokens for {0}, tokens_1 for {1}; a selectivity written as text
+    that reads as a number) pass the front end too, as numbers."""
+    _, calls = to_spark("SELECT r.id FROM reports r JOIN terms t ON ai_if('Is {0} about {1}?', r.text, t.term, "
+                        "map('tokens', 300, 'tokens_1', 4, 'selectivity', '0.3'))")
+    assert calls[0].hints == (("tokens", 300.0), ("tokens_1", 4.0), ("selectivity", 0.3)), calls

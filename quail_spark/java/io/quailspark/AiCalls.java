@@ -189,7 +189,7 @@ final class AiCalls {
     }
 
     /** A foldable hint's keys (lower-cased) and values as text, in the order written. */
-    private static Map<String, String> hints(Expression hint) {
+    static Map<String, String> hints(Expression hint) {
         Map<String, String> out = new LinkedHashMap<>();
         Object v = hint.eval(null);
         if (hint.dataType() instanceof MapType && v instanceof MapData) {

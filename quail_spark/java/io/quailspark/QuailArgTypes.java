@@ -2,10 +2,12 @@ package io.quailspark;
 
 import java.util.List;
 import java.util.Locale;
+import java.util.Map;
 
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.PythonUDF;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
+import org.apache.spark.sql.catalyst.util.ArrayData;
 import org.apache.spark.sql.types.ArrayType;
 import org.apache.spark.sql.types.CharType;
 import org.apache.spark.sql.types.DataType;
@@ -18,14 +20,21 @@ import scala.runtime.BoxedUnit;
 
 /**
  * Check rule (after analysis, so with the optimizer rules on or off): the document
- * arguments of every AI call are strings, or the query fails before any work with an
- * error that names the function, the argument and its expression.
+ * arguments of every AI call are strings and its hint names known keys with valid values,
+ * or the query fails before any work with an error that names the function, the argument
+ * or hint, and what was written.
  *
  * <pre>
  * ai_if('Is {0} high?', stars)   -- stars INT
  * AnalysisException: ai_if: argument 2 (stars) is INT; a document argument must be a
  * string: write CAST(stars AS STRING)
+ * ai_if('Is {0} late?', body, map('selectivity', 1.5))
+ * AnalysisException: ai_if: hint 'selectivity': expected a number in [0, 1], got 1.5
  * </pre>
+ *
+ * <p>Hints: {@code selectivity} (a number in [0, 1]), {@code anchor} (checked by
+ * {@link QuailAnchorHint}), {@code tokens} and {@code tokens_1}, {@code tokens_2} ... (a
+ * positive number of tokens per value of argument {0}, {1}, ...).
  *
  * <p>Arguments: {@code ai_if | ai_filter | ai_score (template, col, ...[, hint])},
  * {@code ai_classify(col, labels[, hint])} or {@code ai_classify(template, col, ..., labels[, hint])};
@@ -57,10 +66,16 @@ final class QuailArgTypes extends AbstractFunction1<LogicalPlan, BoxedUnit> {
         String name = udf.name().toLowerCase(Locale.ROOT);
         List<Expression> args = CollectionConverters.asJava(udf.children());
         int end = args.size();
-        if (end > 0 && AiCalls.isHint(args.get(end - 1).dataType())) end--;
+        if (end > 0 && AiCalls.isHint(args.get(end - 1).dataType())) {
+            end--;
+            checkHint(name, args.get(end));
+        }
         int first = 1;
         if (name.equals("ai_classify")) {
-            if (end > 0 && args.get(end - 1).dataType() instanceof ArrayType) end--;  // the labels
+            if (end > 0 && args.get(end - 1).dataType() instanceof ArrayType) {
+                end--;  // the labels
+                checkLabels(args.get(end));
+            }
             if (end == 1) first = 0;  // ai_classify(col, labels): no template
         }
         for (int i = first; i < end; i++) {
@@ -70,6 +85,45 @@ final class QuailArgTypes extends AbstractFunction1<LogicalPlan, BoxedUnit> {
                 String sql = a.sql();
                 throw AiCalls.analysisError(name + ": argument " + (i + 1) + " (" + sql + ") is " + t.sql()
                     + "; a document argument must be a string: write CAST(" + sql + " AS STRING)");
+            }
+        }
+    }
+
+    /** Literal labels: at least two, none NULL (a NULL label has no text to offer the model). */
+    private static void checkLabels(Expression labels) {
+        if (!labels.foldable()) return;
+        Object v = labels.eval(null);
+        if (!(v instanceof ArrayData)) return;
+        ArrayData a = (ArrayData) v;
+        DataType t = ((ArrayType) labels.dataType()).elementType();
+        List<String> text = new java.util.ArrayList<>();
+        for (int i = 0; i < a.numElements(); i++) {
+            if (a.isNullAt(i)) {
+                throw AiCalls.analysisError("ai_classify: label " + (i + 1) + " of " + labels.sql()
+                    + " is NULL; the labels must be strings");
+            }
+            text.add(String.valueOf(a.get(i, t)));
+        }
+        if (text.size() < 2) throw AiCalls.analysisError("ai_classify: expected at least 2 labels, got " + text);
+    }
+
+    private static void checkHint(String name, Expression hint) {
+        if (!hint.foldable()) return;  // not a hint of literals: the function itself reads it
+        for (Map.Entry<String, String> h : AiCalls.hints(hint).entrySet()) {
+            String key = h.getKey(), value = h.getValue();
+            Double x = AiCalls.number(value);
+            String expected = null;
+            if (key.equals("selectivity")) {
+                if (x == null || !(x >= 0.0 && x <= 1.0)) expected = "a number in [0, 1]";
+            } else if (key.equals("tokens") || key.matches("tokens_[1-9][0-9]*")) {
+                if (x == null || !(x > 0.0) || x.isInfinite()) expected = "a positive number of tokens";
+            } else if (!key.equals("anchor") && !key.equals(QuailAnchorHint.FIELD)
+                    && !key.equals(QuailAiJoinOrder.FIELD)) {
+                throw AiCalls.analysisError(name + ": hint '" + key + "': unknown hint; expected one of "
+                    + "selectivity, anchor, tokens, tokens_1, tokens_2, ...");
+            }
+            if (expected != null) {
+                throw AiCalls.analysisError(name + ": hint '" + key + "': expected " + expected + ", got " + value);
             }
         }
     }
