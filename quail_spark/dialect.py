@@ -29,7 +29,7 @@ from gpu_worker.ai_calls import FUNCTIONS, Call, placeholders
 from quail_spark.errors import HintError, TemplateError, UnsupportedSQL
 
 IGNORED_KWARGS = {"connection_id", "endpoint", "model", "model_params", "output_schema"}
-HINT_KEYS = ("selectivity", "anchor", "tokens", "tokens_1", "tokens_2", "...")  # tokens_N: argument {N}
+HINT_KEYS = ("selectivity", "anchor", "tokens", "tokens_1", "tokens_2")  # tokens_N: the tokens of argument {N}
 _TOKENS_KEY = re.compile(r"tokens(_[1-9][0-9]*)?$")
 DIALECTS = ("spark", "bigquery", "snowflake")
 
@@ -259,7 +259,7 @@ def _hints(node) -> tuple:
         key, value = str(_literal(k) if isinstance(k, exp.Literal) else k.name).lower(), _literal(v)
         tokens = bool(_TOKENS_KEY.match(key))
         if key not in ("selectivity", "anchor") and not tokens:
-            raise HintError(key, f"unknown hint; expected one of {', '.join(HINT_KEYS)}")
+            raise HintError(key, f"unknown hint; expected one of {', '.join(HINT_KEYS)}, ...")
         if key == "selectivity" or tokens:  # numbers, or text that reads as one (as Spark's hint does)
             x = _number(value)
             if key == "selectivity" and not (x is not None and 0.0 <= x <= 1.0):
