@@ -196,6 +196,8 @@ RANDOM_QUERIES = {  # a seeded random model answers yes and no (SmolLM2 says no 
     "join_anchor_hint": "SELECT n.id, t.tid FROM notes n JOIN terms t "
                         "ON ai_if('Is {0} a topic of {1}?', t.term, n.body, map('anchor', 't'))",
     "two_column_filter": "SELECT id FROM notes WHERE ai_if('Is {0} a {1} note?', body, kind)",
+    "score_threshold_join": "SELECT n.id, t.tid FROM notes n JOIN terms t "
+                            "ON ai_score('Does {0} mention {1}?', n.body, t.term) > 0.3 AND t.tid < 7",
     "two_ai_joins_without_hints": "SELECT n.id, t.tid, c.cid FROM notes n "
                                   "JOIN terms t ON ai_if('Does {0} mention {1}?', n.body, t.term) "
                                   "JOIN cats c ON ai_if('Is {0} a kind of {1}?', t.term, c.cat)",
