@@ -164,7 +164,9 @@ def udf_join(conf, run, spec, *cols):
 
     ``spec`` is JSON ``{"template": ..., "anchor_arg": ..., ...}`` (``anchor_arg``: the
     column the anchor hint names, else absent); the pairs arrive sorted by the
-    document placed first. The answer of ``ai_if(template, col0, col1...)``.
+    document placed first. The answer of ``ai_if(template, col0, col1...)``, or, when the
+    spec has ``score_above`` (the join's ON was ``ai_score(...) > x``), of that comparison
+    (``>=`` when ``inclusive``) on the score ``ai_score`` gives.
     """
     import json
 
@@ -172,11 +174,15 @@ def udf_join(conf, run, spec, *cols):
 
     _check_strings("quail_join", spec, cols)
     s = json.loads(spec[0].as_py())
-    call = Call("if", s["template"], len(cols), anchor=s.get("anchor_arg"))
+    above = s.get("score_above")
+    call = Call("if" if above is None else "score", s["template"], len(cols), anchor=s.get("anchor_arg"))
     rows = list(range(len(spec)))
     with _metered(conf, run) as eng:
         got = evaluate(eng, call, [c.to_pylist() for c in cols],
-                       where=_where("ai_if (AI join, quail_join)", rows, len(cols)))
+                       where=_where(f"ai_{call.kind} (AI join, quail_join)", rows, len(cols)))
+    if above is not None:
+        inclusive = bool(s.get("inclusive"))
+        got = [None if v is None else bool(v >= above if inclusive else v > above) for v in got]
     return pa.array(got, pa.bool_())
 
 

@@ -140,8 +140,10 @@ def _eval(spec: dict) -> list:
 
 def _join(spec: dict) -> list:
     cols = ", ".join(s["column"] for s in spec["sides"])
-    out = [f"  ai_if({spec['template']!r}, {cols}): anchor {spec['anchor']} ({spec['why']}); "
-           f"cost {_cost(spec['cost'])}"]
+    call = f"ai_if({spec['template']!r}, {cols})"
+    if spec.get("score_above") is not None:
+        call = f"ai_score({spec['template']!r}, {cols}) {'>=' if spec.get('inclusive') else '>'} {spec['score_above']}"
+    out = [f"  {call}: anchor {spec['anchor']} ({spec['why']}); cost {_cost(spec['cost'])}"]
     for s in spec["sides"]:
         out.append(f"    {s['column']}: {_n(s['rows'])} rows ({s['rows_source']}), {_n(s['tokens'])} tokens "
                    f"({s['tokens_source']}); as anchor {_cost(s['cost_as_anchor'])}")

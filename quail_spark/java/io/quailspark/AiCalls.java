@@ -9,10 +9,15 @@ import java.util.Map;
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.And;
+import org.apache.spark.sql.catalyst.expressions.BinaryComparison;
+import org.apache.spark.sql.catalyst.expressions.Cast;
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.GreaterThan;
+import org.apache.spark.sql.catalyst.expressions.GreaterThanOrEqual;
 import org.apache.spark.sql.catalyst.expressions.If;
 import org.apache.spark.sql.catalyst.expressions.Length;
+import org.apache.spark.sql.catalyst.expressions.LessThan;
+import org.apache.spark.sql.catalyst.expressions.LessThanOrEqual;
 import org.apache.spark.sql.catalyst.expressions.Literal$;
 import org.apache.spark.sql.catalyst.expressions.PythonUDF;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
@@ -21,6 +26,7 @@ import org.apache.spark.sql.catalyst.util.MapData;
 import org.apache.spark.sql.internal.SQLConf;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.MapType;
+import org.apache.spark.sql.types.NumericType;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.types.StringType;
 import scala.jdk.javaapi.CollectionConverters;
@@ -79,18 +85,30 @@ final class AiCalls {
         });
     }
 
-    /** One AI predicate: literal template, column arguments, hints (as written, keys lower-cased). */
+    /**
+     * One AI predicate: literal template, column arguments, hints (as written, keys lower-cased);
+     * for {@code ai_score(...) > x} (see {@link #scoreAbove}) the bound x, and whether it is inclusive.
+     */
     static final class Predicate {
         final PythonUDF udf;
         final String template;
         final List<Expression> columns;
         final Map<String, String> hints;
+        final Double scoreAbove;
+        final boolean inclusive;
 
         Predicate(PythonUDF udf, String template, List<Expression> columns, Map<String, String> hints) {
+            this(udf, template, columns, hints, null, false);
+        }
+
+        Predicate(PythonUDF udf, String template, List<Expression> columns, Map<String, String> hints,
+                  Double scoreAbove, boolean inclusive) {
             this.udf = udf;
             this.template = template;
             this.columns = columns;
             this.hints = hints;
+            this.scoreAbove = scoreAbove;
+            this.inclusive = inclusive;
         }
 
         /** The selectivity hint, else the default (written once, in AiCost). */
@@ -122,8 +140,39 @@ final class AiCalls {
 
     /** The predicate of an ai_if/ai_filter call with a literal template, else null. */
     static Predicate predicate(Expression e) {
-        if (!isPredicate(e)) return null;
-        PythonUDF udf = (PythonUDF) e;
+        return isPredicate(e) ? parsed((PythonUDF) e) : null;
+    }
+
+    /**
+     * {@code ai_score(...) > x} (or {@code >=}, or written {@code x < ai_score(...)}) with a literal
+     * template and a literal bound, as a predicate carrying the bound; else null. The score is
+     * P(yes) of the same prompt as ai_if's, so the comparison is evaluated on it as written.
+     */
+    static Predicate scoreAbove(Expression c) {
+        Expression score, bound;
+        boolean inclusive;
+        if (c instanceof GreaterThan || c instanceof GreaterThanOrEqual) {
+            score = ((BinaryComparison) c).left();
+            bound = ((BinaryComparison) c).right();
+            inclusive = c instanceof GreaterThanOrEqual;
+        } else if (c instanceof LessThan || c instanceof LessThanOrEqual) {
+            score = ((BinaryComparison) c).right();
+            bound = ((BinaryComparison) c).left();
+            inclusive = c instanceof LessThanOrEqual;
+        } else {
+            return null;
+        }
+        while (score instanceof Cast) score = ((Cast) score).child();  // a decimal bound casts the score
+        if (!(score instanceof PythonUDF) || !((PythonUDF) score).name().equalsIgnoreCase("ai_score")) return null;
+        if (!bound.foldable() || !(bound.dataType() instanceof NumericType)) return null;
+        Object x = bound.eval(null);
+        if (x == null) return null;
+        Predicate p = parsed((PythonUDF) score);
+        if (p == null) return null;
+        return new Predicate(p.udf, p.template, p.columns, p.hints, Double.valueOf(x.toString()), inclusive);
+    }
+
+    private static Predicate parsed(PythonUDF udf) {
         List<Expression> args = CollectionConverters.asJava(udf.children());
         if (args.size() < 2 || !args.get(0).foldable() || !(args.get(0).dataType() instanceof StringType)) return null;
         Object t = args.get(0).eval(null);
