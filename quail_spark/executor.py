@@ -193,7 +193,8 @@ def udf_match(conf, run, spec, *cols):
     of the call's argument values over that row's partner rows (equal lengths). Returns
     per row the list of the answers of ``ai_if(template, col0, col1, ...)`` on each pair
     (NULL for a pair with a NULL, empty or whitespace-only value): all pairs of the batch
-    are evaluated together.
+    are evaluated together. With ``"kind": "score"`` in the spec (``quail_match_score``, an
+    ``ai_score`` call in the condition), the answers are the scores ``ai_score`` gives.
     """
     import json
 
@@ -208,13 +209,14 @@ def udf_match(conf, run, spec, *cols):
     if any(len(f) != int(lengths.sum()) for f in flat):
         raise ValueError("quail_match: the argument lists of a row differ in length")
     s = json.loads(spec[0].as_py())
-    call = Call("if", s["template"], len(cols), anchor=s.get("anchor_arg"))
+    kind = s.get("kind", "if")
+    call = Call(kind, s["template"], len(cols), anchor=s.get("anchor_arg"))
     pairs = list(range(len(flat[0])))
     with _metered(conf, run) as eng:
         got = evaluate(eng, call, [f.to_pylist() for f in flat],
-                       where=_where("ai_if (outer, semi or anti AI join, quail_match)", pairs, len(cols)))
+                       where=_where(f"ai_{kind} (outer, semi or anti AI join, quail_match)", pairs, len(cols)))
     offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]), pa.int32())
-    return pa.ListArray.from_arrays(offsets, pa.array(got, pa.bool_()))
+    return pa.ListArray.from_arrays(offsets, pa.array(got, pa.float64() if kind == "score" else pa.bool_()))
 
 
 def udf_eval(conf, run, spec, *args):

@@ -40,7 +40,8 @@ FUNCTIONS = {name: (ai_calls.RESULT_TYPES[kind], BODIES[kind]) for name, kind in
 # made by the optimizer rules only; non-deterministic so that Spark keeps them where the rules put them
 INTERNAL = {name: {"quail_chain": ("boolean", executor.udf_chain), "quail_join": ("boolean", executor.udf_join),
                    "quail_eval": (executor.EVAL_TYPE, executor.udf_eval),
-                   "quail_match": ("array<boolean>", executor.udf_match)}[name] for name in ai_calls.INTERNAL}
+                   "quail_match": ("array<boolean>", executor.udf_match),
+                   "quail_match_score": ("array<double>", executor.udf_match)}[name] for name in ai_calls.INTERNAL}
 
 
 def install(spark, model: str = "smollm2-135m", device: str = "cpu", **engine_conf) -> dict:

@@ -43,6 +43,7 @@ final class AiCalls {
     static final String JOIN = "quail_join";
     static final String EVAL = "quail_eval";
     static final String MATCH = "quail_match";
+    static final String MATCH_SCORE = "quail_match_score";
 
     private AiCalls() {}
 
@@ -170,6 +171,12 @@ final class AiCalls {
         Predicate p = parsed((PythonUDF) score);
         if (p == null) return null;
         return new Predicate(p.udf, p.template, p.columns, p.hints, Double.valueOf(x.toString()), inclusive);
+    }
+
+    /** An ai_score call with a literal template, as a predicate (no bound), else null. */
+    static Predicate score(Expression e) {
+        return e instanceof PythonUDF && ((PythonUDF) e).name().equalsIgnoreCase("ai_score")
+            ? parsed((PythonUDF) e) : null;
     }
 
     private static Predicate parsed(PythonUDF udf) {

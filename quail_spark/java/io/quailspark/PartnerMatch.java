@@ -177,7 +177,7 @@ final class PartnerMatch {
         return !e.references().isEmpty() && e.references().subsetOf(side);
     }
 
-    /** The AI calls of the conjuncts, each an ai_if / ai_filter with a literal template; else null. */
+    /** The AI calls of the conjuncts, each an ai_if / ai_filter / ai_score with a literal template; else null. */
     private static List<PythonUDF> aiCalls(List<Expression> conjuncts) {
         List<PythonUDF> out = new ArrayList<>();
         boolean[] ok = {true};
@@ -186,7 +186,7 @@ final class PartnerMatch {
                 @Override
                 public scala.runtime.BoxedUnit apply(Expression x) {
                     if (AiCalls.isAi(x)) {
-                        if (AiCalls.predicate(x) == null) ok[0] = false;
+                        if (AiCalls.predicate(x) == null && AiCalls.score(x) == null) ok[0] = false;
                         else if (out.stream().noneMatch(y -> AiCalls.same(x, y))) out.add((PythonUDF) x);
                     }
                     return scala.runtime.BoxedUnit.UNIT;
@@ -196,18 +196,24 @@ final class PartnerMatch {
         return ok[0] && !out.isEmpty() ? out : null;
     }
 
-    /** quail_match(spec, transform(parts, x -&gt; col0), ...): the call's answer per partner, as an array. */
+    /**
+     * quail_match(spec, transform(parts, x -&gt; col0), ...): the call's answer per partner, as an array
+     * (quail_match_score: an ai_score call's scores, which the condition then compares as written).
+     */
     private static Expression matchCall(SparkSession session, PythonUDF call, Attribute parts, List<Attribute> q,
                                         DataType elem) {
         AiCalls.Predicate p = AiCalls.predicate(call);
+        boolean score = p == null;
+        if (score) p = AiCalls.score(call);
         List<Expression> args = new ArrayList<>();
         String anchor = p.anchorArg() == null ? "" : ", \"anchor_arg\": " + p.anchorArg();
-        args.add(AiCalls.literal("{\"template\": " + AiCalls.json(p.template) + anchor + "}"));
+        String kind = score ? ", \"kind\": \"score\"" : "";
+        args.add(AiCalls.literal("{\"template\": " + AiCalls.json(p.template) + anchor + kind + "}"));
         for (Expression col : p.columns) {
             if (!(col.dataType() instanceof StringType)) return null;
             args.add(new ArrayTransform(parts, lambda(col, q, elem, null)));
         }
-        return AiCalls.call(session, AiCalls.MATCH, args);
+        return AiCalls.call(session, score ? AiCalls.MATCH_SCORE : AiCalls.MATCH, args);
     }
 
     /** A lambda over a partner struct x (and its index): partner attributes read as x's fields. */

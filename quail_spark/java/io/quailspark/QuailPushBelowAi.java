@@ -83,7 +83,7 @@ public class QuailPushBelowAi extends AiRule {
     /** Whether every non-deterministic part of {@code e} is an AI call or an internal call of the rules. */
     static boolean onlyAiIsNondeterministic(Expression e) {
         if (e.deterministic()) return true;
-        boolean call = AiCalls.isAi(e) || Stream.of(AiCalls.EVAL, AiCalls.CHAIN, AiCalls.JOIN, AiCalls.MATCH)
+        boolean call = AiCalls.isAi(e) || Stream.of(AiCalls.EVAL, AiCalls.CHAIN, AiCalls.JOIN, AiCalls.MATCH, AiCalls.MATCH_SCORE)
             .anyMatch(name -> AiCalls.isInternal(e, name));
         List<Expression> children = CollectionConverters.asJava(e.children());
         // a call holds only deterministic arguments; any other node is non-deterministic through its children
