@@ -10,7 +10,6 @@ import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.And;
 import org.apache.spark.sql.catalyst.expressions.BinaryComparison;
-import org.apache.spark.sql.catalyst.expressions.Cast;
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.GreaterThan;
 import org.apache.spark.sql.catalyst.expressions.GreaterThanOrEqual;
@@ -163,7 +162,6 @@ final class AiCalls {
         } else {
             return null;
         }
-        while (score instanceof Cast) score = ((Cast) score).child();  // a decimal bound casts the score
         if (!(score instanceof PythonUDF) || !((PythonUDF) score).name().equalsIgnoreCase("ai_score")) return null;
         if (!bound.foldable() || !(bound.dataType() instanceof NumericType)) return null;
         Object x = bound.eval(null);
