@@ -34,7 +34,7 @@ import scala.runtime.AbstractPartialFunction;
 /**
  * What the rules share: recognising AI calls, their hints, conjuncts, and
  * building calls of the internal Python UDFs that install() registers
- * ({@code quail_chain}, {@code quail_join}, {@code quail_match}).
+ * ({@link #INTERNAL}, as gpu_worker.ai_calls.INTERNAL lists them).
  */
 final class AiCalls {
     static final String ENABLED = "spark.quail.optimizer.enabled";
@@ -43,6 +43,7 @@ final class AiCalls {
     static final String EVAL = "quail_eval";
     static final String MATCH = "quail_match";
     static final String MATCH_SCORE = "quail_match_score";
+    static final List<String> INTERNAL = List.of(CHAIN, JOIN, EVAL, MATCH, MATCH_SCORE);
 
     private AiCalls() {}
 
@@ -65,6 +66,11 @@ final class AiCalls {
 
     static boolean isInternal(Expression e, String name) {
         return e instanceof PythonUDF && ((PythonUDF) e).name().equalsIgnoreCase(name);
+    }
+
+    /** A call of any of the internal UDFs the rules make. */
+    static boolean isInternal(Expression e) {
+        return INTERNAL.stream().anyMatch(name -> isInternal(e, name));
     }
 
     /**
@@ -162,12 +168,10 @@ final class AiCalls {
         } else {
             return null;
         }
-        if (!(score instanceof PythonUDF) || !((PythonUDF) score).name().equalsIgnoreCase("ai_score")) return null;
-        if (!bound.foldable() || !(bound.dataType() instanceof NumericType)) return null;
+        Predicate p = score(score);
+        if (p == null || !bound.foldable() || !(bound.dataType() instanceof NumericType)) return null;
         Object x = bound.eval(null);
         if (x == null) return null;
-        Predicate p = parsed((PythonUDF) score);
-        if (p == null) return null;
         return new Predicate(p.udf, p.template, p.columns, p.hints, Double.valueOf(x.toString()), inclusive);
     }
 

@@ -1,5 +1,6 @@
 package io.quailspark;
 
+import java.util.ArrayList;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
@@ -96,7 +97,7 @@ final class QuailArgTypes extends AbstractFunction1<LogicalPlan, BoxedUnit> {
         if (!(v instanceof ArrayData)) return;
         ArrayData a = (ArrayData) v;
         DataType t = ((ArrayType) labels.dataType()).elementType();
-        List<String> text = new java.util.ArrayList<>();
+        List<String> text = new ArrayList<>();
         for (int i = 0; i < a.numElements(); i++) {
             if (a.isNullAt(i)) {
                 throw AiCalls.analysisError("ai_classify: label " + (i + 1) + " of " + labels.sql()

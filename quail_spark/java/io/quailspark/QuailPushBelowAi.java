@@ -7,7 +7,6 @@ import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
-import java.util.stream.Stream;
 
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.catalyst.expressions.Alias;
@@ -83,8 +82,7 @@ public class QuailPushBelowAi extends AiRule {
     /** Whether every non-deterministic part of {@code e} is an AI call or an internal call of the rules. */
     static boolean onlyAiIsNondeterministic(Expression e) {
         if (e.deterministic()) return true;
-        boolean call = AiCalls.isAi(e) || Stream.of(AiCalls.EVAL, AiCalls.CHAIN, AiCalls.JOIN, AiCalls.MATCH, AiCalls.MATCH_SCORE)
-            .anyMatch(name -> AiCalls.isInternal(e, name));
+        boolean call = AiCalls.isAi(e) || AiCalls.isInternal(e);
         List<Expression> children = CollectionConverters.asJava(e.children());
         // a call holds only deterministic arguments; any other node is non-deterministic through its children
         // alone (one non-deterministic in itself, rand() or uuid(), has none that are)
