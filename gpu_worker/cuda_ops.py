@@ -1,11 +1,11 @@
-"""CUDA ops: the Triton kernels of kernels/ and split attention on the device.
+"""CUDA ops: the Triton kernels of quail_kernels/ and split attention on the device.
 
 Same interface and semantics as `ops.TorchOps`. Split attention per forward
 pass (see attention.py) runs as a few variable-length calls over the whole
 packed batch, whatever the number of sequences:
 
 - self part: every sequence's new tokens attend causally to themselves;
-  sequences up to TRITON_MAX_Q tokens in kernels.varlen_attention (it packs
+  sequences up to TRITON_MAX_Q tokens in quail_kernels.varlen_attention (it packs
   the query heads of one KV head into one tile: few, full programs even for
   thousands of 13-token partners), longer ones in torch's flash attention
   (FA2 through `aten._flash_attention_forward`, grouped-query heads native);
@@ -13,7 +13,7 @@ packed batch, whatever the number of sequences:
   context, e.g. an anchor's partners) form ONE query sequence that attends,
   without a mask, to the group's context keys, gathered once per layer from
   the KV cache: a context is read once per group, not once per sequence.
-  The two partial results merge by log-sum-exp (kernels.merge_attn).
+  The two partial results merge by log-sum-exp (quail_kernels.merge_attn).
   A short context (the chat frame every filter prompt shares) or one used
   by a single sequence is instead read inside the Triton self kernel, which
   saves the second call, the merge and a copy; so are the few words between
@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from kernels._util import query_blocks
+from quail_kernels._util import query_blocks
 
 from .attention import AttnMeta, split_attention_torch
 from .ops import TorchOps, linear
@@ -39,7 +39,7 @@ FLASH_DTYPES = (torch.bfloat16, torch.float16)
 TRITON_MAX_Q = 512  # "auto": sequences up to this long take the Triton kernel, longer ones flash
 FOLD_CTX = 128  # a context this short is read inside the Triton kernel (no second call, no merge)
 FOLD_CTX_SOLO = 1024  # ... and one this long when a single sequence uses it (nothing to share)
-# launch of kernels.seg_attention (split contexts, long sequences): query rows per program, keys per
+# launch of quail_kernels.seg_attention (split contexts, long sequences): query rows per program, keys per
 # step, warps, pipeline depth, keys through tensor descriptors (H200: 575 TFLOP/s on the JOIN context,
 # benchmarks/probes/results/attn_probe.json)
 CTX_CONFIG = {"block_m": 128, "block_n": 128, "num_warps": 8, "num_stages": 3, "tma": True}
@@ -65,7 +65,7 @@ class AttnPlan:
     """Device metadata of one pass (built by `build_plan`, shared by all layers).
 
     Self part: sequences up to TRITON_MAX_Q tokens ("short") run in the Triton
-    kernel, the rest ("long") in kernels.seg_attention (causal segments, in
+    kernel, the rest ("long") in quail_kernels.seg_attention (causal segments, in
     place) or in flash attention, compacted by `long_rows` unless every
     sequence is long. A short context used by short sequences is
     folded into the Triton kernel (`fold`); every other context is split: its
@@ -84,7 +84,7 @@ class AttnPlan:
     ctx_slots: torch.Tensor | None  # int64 slots of the split contexts, concatenated
     ctx_seg: torch.Tensor | None = None  # int32 [4, n_groups] segments of the fused context kernel
     long_seg: torch.Tensor | None = None  # int32 [4, n_long] causal segments of the long sequences ...
-    long_items: torch.Tensor | None = None  # ... and their programs (kernels.seg_attention), when not flash
+    long_items: torch.Tensor | None = None  # ... and their programs (quail_kernels.seg_attention), when not flash
     long_bt: int = 0
     ctx_seg2: torch.Tensor | None = None  # int32 [4, n] second context segments (the part below a shared base) ...
     ctx_items2: torch.Tensor | None = None  # ... and their programs
@@ -111,7 +111,7 @@ def build_plan(meta: AttnMeta, device, n_rep: int, self_attn: str = "auto", fold
 
     n_rep: query heads per KV head (sets the Triton query block); self_attn:
     "auto", "triton" or "flash" (which sequences are long, see AttnPlan);
-    ctx_block_m / long_block_m: query rows per program of kernels.seg_attention
+    ctx_block_m / long_block_m: query rows per program of quail_kernels.seg_attention
     for the split contexts / the long sequences, 0 for flash attention;
     short_max: longest "short" sequence under "auto".
     """
@@ -303,13 +303,13 @@ class CudaOps:
 
     self_attn: "auto" (Triton for sequences up to TRITON_MAX_Q tokens, flash for
     longer ones), "triton" or "flash"; ctx_attn (split contexts): "fused"
-    (kernels.seg_attention: grouped queries, merged in place), "flash" (FA2,
+    (quail_kernels.seg_attention: grouped queries, merged in place), "flash" (FA2,
     then a merge kernel) or "triton" (the varlen kernel, then merge); fold:
     read short contexts inside the Triton kernel (AttnPlan); long_attn
-    (sequences over TRITON_MAX_Q tokens): "seg" (kernels.seg_attention,
+    (sequences over TRITON_MAX_Q tokens): "seg" (quail_kernels.seg_attention,
     causal) or "flash"; ctx_config: launch settings of the segment kernel over
     CTX_CONFIG; repeat_kv: flash attention on K/V heads repeated per query head; ctx_fp8: the fused
-    context attention's scores from float8 keys and queries (kernels.kv_fp8; the FP8 engine's default
+    context attention's scores from float8 keys and queries (quail_kernels.kv_fp8; the FP8 engine's default
     on the GPU: Hopper's tensor cores run that product at twice the bf16 rate).
     """
 
@@ -460,7 +460,7 @@ class CudaOps:
 def _load_kernels(use_triton: bool | None):
     """The kernels package when Triton can run here; None (torch ops) otherwise."""
     try:
-        import kernels
+        import quail_kernels as kernels
     except ImportError as e:
         if use_triton:
             raise RuntimeError(f"use_triton=True but the kernels package does not import: {e}") from e

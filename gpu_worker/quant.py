@@ -9,7 +9,7 @@ the tensor cores' own accumulator instead of adding them into float32 registers 
 on the H200 a pass's four projections take 5.17 ms instead of 5.78 (`benchmarks/probes/fp8_gemm_probe.py`,
 RMS error against the float32 product 3.4e-4 against 2.9e-4 of the output's largest value), and the
 margins' signs agree with bf16 as before (BENCHMARKS.md). Rows are quantized by
-kernels/quant_ref.py (the reference of kernels/fp8.py's kernels); this is the CPU path.
+quail_kernels/quant_ref.py (the reference of quail_kernels/fp8.py's kernels); this is the CPU path.
 """
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ import torch
 
 
 def quant_rows(x: torch.Tensor):
-    """x [T, K] -> (q float8_e4m3fn [T, K], scale float32 [T, 1]): kernels/quant_ref.py (imported on the first
+    """x [T, K] -> (q float8_e4m3fn [T, K], scale float32 [T, 1]): quail_kernels/quant_ref.py (imported on the first
     FP8 call: importing the kernels package imports Triton, which the bf16 CPU path never needs)."""
-    from kernels.quant_ref import quant_rows as ref
+    from quail_kernels.quant_ref import quant_rows as ref
 
     return ref(x)
 

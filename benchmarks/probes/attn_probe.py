@@ -4,7 +4,7 @@ Times, with correctness against a float32 reference first:
   - the grouped context part of JOIN (13,000 partner tokens of one anchor x
     5,000 context keys, 32 q / 8 kv heads, d = 128, bf16, no mask) through
     torch's FA2 (grouped heads native, or GQA-packed), varlen_attn, cuDNN
-    (dense, native GQA, expanded or GQA-packed) and kernels.seg_attention
+    (dense, native GQA, expanded or GQA-packed) and quail_kernels.seg_attention
     (configurations swept);
   - the anchors' causal part (5,000 tokens) through FA2 and cuDNN;
   - the projections of one pass (16,384 tokens) in bf16 and FP8 (torch._scaled_mm,
@@ -25,8 +25,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import kernels  # noqa: E402
-from kernels.seg_attention import seg_attention, seg_block_t, seg_items, segments  # noqa: E402
+import quail_kernels as kernels  # noqa: E402
+from quail_kernels.seg_attention import seg_attention, seg_block_t, seg_items, segments  # noqa: E402
 
 NQ, NKV, D = 32, 8, 128
 REP = NQ // NKV

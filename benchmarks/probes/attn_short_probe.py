@@ -13,8 +13,8 @@ import torch
 import triton
 import triton.testing
 
-from kernels.varlen_attention import varlen_attention
-from kernels._util import query_blocks
+from quail_kernels.varlen_attention import varlen_attention
+from quail_kernels._util import query_blocks
 
 out_dir = Path(sys.argv[1])
 dev = torch.device("cuda")

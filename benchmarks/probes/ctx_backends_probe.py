@@ -24,8 +24,8 @@ import triton
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 from benchmarks.probes.seg_variants import pass_args, pass_segments  # noqa: E402
-from kernels import merge_attn  # noqa: E402
-from kernels.seg_attention import seg_attention, seg_block_t, seg_items  # noqa: E402
+from quail_kernels import merge_attn  # noqa: E402
+from quail_kernels.seg_attention import seg_attention, seg_block_t, seg_items  # noqa: E402
 
 
 def main() -> int:
@@ -167,8 +167,8 @@ def main() -> int:
 def causal_section() -> dict:
     """A FILTER pass's causal part (100 documents of 300-360 tokens over themselves, no frame): the
     engine's short-sequence Triton kernel against FA2 and cuDNN, ragged, grouped-query heads."""
-    from kernels._util import query_blocks
-    from kernels.varlen_attention import varlen_attention
+    from quail_kernels._util import query_blocks
+    from quail_kernels.varlen_attention import varlen_attention
 
     dev = torch.device("cuda")
     g = torch.Generator().manual_seed(1)

@@ -1,4 +1,4 @@
-"""A join pass's context attention (kernels.seg_attention merged in place, as the engine runs it) at
+"""A join pass's context attention (quail_kernels.seg_attention merged in place, as the engine runs it) at
 launch variants, in bf16 and with float8 keys.
 
 On BIO-2's shapes (a pass holds ~3 anchors of ~5,140 cached keys, each with ~1,127 partners x 9
@@ -29,10 +29,10 @@ import triton
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 from gpu_worker.cuda_ops import CTX_CONFIG  # noqa: E402
-from kernels.kv_fp8 import gather_fp8  # noqa: E402
+from quail_kernels.kv_fp8 import gather_fp8  # noqa: E402
 from seg_variants import pass_args, pass_segments  # noqa: E402
 
-sa = importlib.import_module("kernels.seg_attention")  # the module (the package exports its function)
+sa = importlib.import_module("quail_kernels.seg_attention")  # the module (the package exports its function)
 
 VARIANTS = {  # name: (block_m, block_n, num_warps, num_stages)
     "engine": (CTX_CONFIG["block_m"], CTX_CONFIG["block_n"], CTX_CONFIG["num_warps"], CTX_CONFIG["num_stages"]),

@@ -1,7 +1,7 @@
 """The segment-attention calls of real JOIN / BIO-2 passes, timed in place and replayed with variants.
 
 A JOIN 8 x 1,000 (and optionally BIO-2 scaled to --bio2-anchors anchors) runs through Engine.join at
-default settings; every `kernels.seg_attention` call is timed with CUDA events and classed as
+default settings; every `quail_kernels.seg_attention` call is timed with CUDA events and classed as
 causal (long sequences: the anchors' own tokens), context (a group's queries over its cached
 context, merged in place) or extra context (the shared words under an anchor, `ctx_seg2`). The
 first call of each kind and pass keeps its inputs; afterwards each kept call is replayed under
@@ -25,7 +25,7 @@ import bench_workloads as wl  # noqa: E402
 from public_bench import Words  # noqa: E402
 
 from gpu_worker import Engine, EngineConfig  # noqa: E402
-from kernels.seg_attention import seg_items  # noqa: E402
+from quail_kernels.seg_attention import seg_items  # noqa: E402
 
 
 def pairs(seg: np.ndarray, causal: bool) -> int:
@@ -63,7 +63,7 @@ def bench(fn, gpu: bool) -> float:
 
 
 class Recorder:
-    """Wraps kernels.seg_attention: events around each call, inputs of the first call per (pass, kind)."""
+    """Wraps quail_kernels.seg_attention: events around each call, inputs of the first call per (pass, kind)."""
 
     def __init__(self, kernels_mod, keep: int):
         self.k, self.orig, self.keep = kernels_mod, kernels_mod.seg_attention, keep

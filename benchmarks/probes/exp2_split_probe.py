@@ -8,7 +8,7 @@ share of the exponentials as 2^n * p(f) (round to nearest by adding 1.5 * 2^23, 
 
 Variants on BIO-2's shapes (benchmarks/probes/seg_variants.py; bf16, merged into a partial result as
 the engine runs it; TMA loads):
-- base: the kernel as shipped (kernels.seg_attention, 128-key steps);
+- base: the kernel as shipped (quail_kernels.seg_attention, 128-key steps);
 - split: each 128-key step as two 64-key halves, both on the multi-function units (the cost of splitting);
 - poly_half: the same, the second half's exponentials by the polynomial;
 - poly_all: 128-key steps, every exponential by the polynomial;
@@ -31,7 +31,7 @@ import triton.language as tl
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 from benchmarks.probes.seg_variants import pass_args, pass_segments  # noqa: E402
-from kernels.seg_attention import seg_attention, seg_block_t, seg_items  # noqa: E402
+from quail_kernels.seg_attention import seg_attention, seg_block_t, seg_items  # noqa: E402
 
 LOG2E = 1.4426950408889634
 

@@ -3,10 +3,10 @@
 On BIO-2's shapes (a pass holds ~3 anchors of ~5,140 cached keys, each with ~1,127 partners x 9
 fresh tokens as one query segment; Qwen3-4B heads, 32 query / 8 KV, d=128), per layer:
 
-- bf16: the context gathered from the pool (`index_select` of K and V), then kernels.seg_attention
+- bf16: the context gathered from the pool (`index_select` of K and V), then quail_kernels.seg_attention
   merged into a partial result, as gpu_worker.cuda_ops runs it;
-- fp8: kernels.kv_fp8.gather_fp8 (the keys into float8 with channel scales) and V's `index_select`,
-  then kernels.seg_attention on them, at the engine's launch and at launch variants.
+- fp8: quail_kernels.kv_fp8.gather_fp8 (the keys into float8 with channel scales) and V's `index_select`,
+  then quail_kernels.seg_attention on them, at the engine's launch and at launch variants.
 
 Each is timed with triton.testing.do_bench (median ms); TFLOP/s = 4 * d * n_q * query rows * keys /
 time. The float8 result is compared with the bf16 one (relative RMS of the output, max |lse| diff)
@@ -29,8 +29,8 @@ import triton
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 from gpu_worker.cuda_ops import CTX_CONFIG  # noqa: E402
-from kernels.kv_fp8 import gather_fp8  # noqa: E402
-from kernels.seg_attention import seg_attention, seg_block_t, seg_items  # noqa: E402
+from quail_kernels.kv_fp8 import gather_fp8  # noqa: E402
+from quail_kernels.seg_attention import seg_attention, seg_block_t, seg_items  # noqa: E402
 from seg_variants import pass_args, pass_segments  # noqa: E402
 
 ENGINE = tuple(CTX_CONFIG[k] for k in ("block_m", "block_n", "num_warps", "num_stages"))

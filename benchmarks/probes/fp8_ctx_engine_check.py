@@ -1,8 +1,8 @@
 """The FP8 engine's context attention (float8 keys and queries) in a small engine against a torch emulation.
 
 tiny-qwen3-random (head size 32), a join of 2 anchors x 10 partners: margins with the context in 16 bits,
-with float8 keys through kernels.seg_attention (the engine's path), and with the same quantization done in
-torch (kernels.kv_fp8.dequant, the query rounded to float8 per row with the keys' channel scales folded in,
+with float8 keys through quail_kernels.seg_attention (the engine's path), and with the same quantization done in
+torch (quail_kernels.kv_fp8.dequant, the query rounded to float8 per row with the keys' channel scales folded in,
 then kernels.seg_attention_ref). Prints sign agreement and RMS differences; where the kernel departs from
 its emulation and the emulation does not, the kernel is at fault.
 
@@ -18,11 +18,11 @@ import types
 import numpy as np
 import torch
 
-import kernels
+import quail_kernels as kernels
 from gpu_worker import Engine, EngineConfig
 from gpu_worker.cuda_ops import CudaOps
-from kernels.kv_fp8 import dequant
-from kernels.seg_attention import seg_attention_ref
+from quail_kernels.kv_fp8 import dequant
+from quail_kernels.seg_attention import seg_attention_ref
 
 
 def emulated(q, k, v, seg, items, bt, *, causal=False, out=None, lse=None, merge=False, amax=None, **kw):

@@ -19,7 +19,7 @@ import torch
 import triton
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
-from kernels.quant_ref import quant_rows  # noqa: E402
+from quail_kernels.quant_ref import quant_rows  # noqa: E402
 
 SHAPES = {"qkv": (6144, 2560), "o": (2560, 4096), "gate_up": (19456, 2560), "down": (2560, 9728)}
 

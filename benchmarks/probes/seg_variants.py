@@ -1,4 +1,4 @@
-"""Context attention of a join pass (kernels.seg_attention, non-causal, merged in place) against
+"""Context attention of a join pass (quail_kernels.seg_attention, non-causal, merged in place) against
 variants of its inner loop, on BIO-2's shapes: a pass holds ~3 anchors of ~5,140 cached keys, each
 with ~1,127 partners x 9 fresh tokens as one query segment; Qwen3-4B heads (32 query, 8 KV, d=128).
 
@@ -28,7 +28,7 @@ import triton
 import triton.language as tl
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
-from kernels.seg_attention import seg_attention, seg_block_t, seg_items, segments  # noqa: E402
+from quail_kernels.seg_attention import seg_attention, seg_block_t, seg_items, segments  # noqa: E402
 
 LOG2E = 1.4426950408889634
 

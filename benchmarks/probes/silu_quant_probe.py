@@ -1,4 +1,4 @@
-"""SiLU-and-mul with FP8 row quantization (kernels/fp8.py) against variants, on a FILTER pass's shape
+"""SiLU-and-mul with FP8 row quantization (quail_kernels/fp8.py) against variants, on a FILTER pass's shape
 (32,768 rows of Qwen3-4B's gate/up projection, F = 9,728, bf16), beside the bf16 SiLU-and-mul kernel.
 
 The shipped kernel holds a whole row in registers (two tiles, 8,192 + 2,048 lanes); the variants stream
@@ -23,8 +23,8 @@ import triton
 import triton.language as tl
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
-from kernels.fp8 import silu_and_mul_fp8  # noqa: E402
-from kernels.silu_mul import silu_and_mul  # noqa: E402
+from quail_kernels.fp8 import silu_and_mul_fp8  # noqa: E402
+from quail_kernels.silu_mul import silu_and_mul  # noqa: E402
 
 
 @triton.jit
@@ -54,7 +54,7 @@ def _two_pass_kernel(gu_ptr, q_ptr, s_ptr, F, stride_gu, stride_q, BLOCK: tl.con
 
 
 def shipped_warps(gate_up, warps):
-    from kernels.fp8 import _silu_mul_quant_kernel, two_tiles
+    from quail_kernels.fp8 import _silu_mul_quant_kernel, two_tiles
     T, F = gate_up.shape[0], gate_up.shape[1] // 2
     q = torch.empty((T, F), dtype=torch.float8_e4m3fn, device=gate_up.device)
     s = torch.empty((T, 1), dtype=torch.float32, device=gate_up.device)
@@ -108,8 +108,8 @@ def main() -> int:
     res["bf16_silu_and_mul"] = {"ms": round(ms, 4), "GB_s": round(a.rows * 3 * a.f * 2 / ms / 1e6)}
     print("bf16 silu_and_mul", res["bf16_silu_and_mul"], flush=True)
     # the norms before the projections, for scale: fused add + RMSNorm, bf16 out and FP8 out
-    from kernels.fp8 import fused_add_rmsnorm_fp8
-    from kernels.rmsnorm import fused_add_rmsnorm
+    from quail_kernels.fp8 import fused_add_rmsnorm_fp8
+    from quail_kernels.rmsnorm import fused_add_rmsnorm
     x, r, w = (torch.randn(a.rows, 2560, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     for name, fn in (("add_rmsnorm_bf16", fused_add_rmsnorm), ("add_rmsnorm_fp8", fused_add_rmsnorm_fp8)):
         ms = triton.testing.do_bench(lambda: fn(x, r, w[0], 1e-6), warmup=25, rep=200, return_mode="median")

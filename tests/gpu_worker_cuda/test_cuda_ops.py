@@ -19,7 +19,7 @@ from gpu_worker.attention import AttnMeta, Group, split_attention_torch  # noqa:
 from gpu_worker.cuda_ops import CudaOps, build_plan  # noqa: E402
 
 triton = pytest.importorskip("triton")
-import kernels  # noqa: E402
+import quail_kernels as kernels  # noqa: E402
 
 CUDA = torch.cuda.is_available() and not kernels._util.interpreter_active()
 DEVICE = "cuda" if CUDA else "cpu"

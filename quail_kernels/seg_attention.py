@@ -29,8 +29,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._quant import row_scale, scaled
-from kernels._util import check_device, check_tensor, interpreter_active, query_blocks
+from quail_kernels._quant import row_scale, scaled
+from quail_kernels._util import check_device, check_tensor, interpreter_active, query_blocks
 
 LOG2E = 1.4426950408889634
 
@@ -143,7 +143,7 @@ def segments(q_start, q_len, k_start, k_len) -> np.ndarray:
 
 
 def seg_items(q_lens, block_t: int, longest_first: bool = False) -> np.ndarray:
-    """int32 [2, n_items]: (segment, first query token) of every program (kernels._util.query_blocks)."""
+    """int32 [2, n_items]: (segment, first query token) of every program (quail_kernels._util.query_blocks)."""
     return query_blocks(q_lens, block_t, longest_first).astype(np.int32)
 
 
@@ -157,7 +157,7 @@ def seg_attention(q, k, v, seg, items, block_t, *, causal=False, out=None, lse=N
     [T, n_q] at the segments' query rows only (other rows untouched).
     merge=True: `out`/`lse` already hold a partial result for those rows,
     merged with this one by log-sum-exp. Returns (out, lse).
-    amax: k holds float8 keys and amax [n_kv, d] their channel maxima, as kernels.kv_fp8.gather_fp8
+    amax: k holds float8 keys and amax [n_kv, d] their channel maxima, as quail_kernels.kv_fp8.gather_fp8
     returns them (non-causal only); the query is quantized in the kernel, v stays q's dtype.
     """
     check_tensor("q", q, ndim=3, dtypes=(torch.float16, torch.bfloat16, torch.float32))
@@ -242,7 +242,7 @@ def seg_attention_ref(q, k, v, seg, causal=False, out=None, lse=None, merge=Fals
             lse_g, o_g = torch.full((n_q, n), float("-inf")), torch.zeros(n_q, n, d)
         o_g, lse_g = o_g.transpose(0, 1), lse_g.transpose(0, 1)
         if merge:
-            from kernels.lse_merge import merge_attn_ref
+            from quail_kernels.lse_merge import merge_attn_ref
 
             o_g, lse_g = merge_attn_ref(o_g, lse_g, out[s:s + n], lse[s:s + n])
         out[s:s + n], lse[s:s + n] = o_g, lse_g

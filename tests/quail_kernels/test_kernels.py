@@ -15,8 +15,8 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-import kernels  # noqa: E402
-from kernels import (  # noqa: E402
+import quail_kernels as kernels  # noqa: E402
+from quail_kernels import (  # noqa: E402
     fused_add_rmsnorm,
     fused_add_rmsnorm_ref,
     merge_attn,
@@ -28,7 +28,7 @@ from kernels import (  # noqa: E402
     silu_and_mul,
     silu_and_mul_ref,
 )
-from kernels._util import interpreter_active  # noqa: E402
+from quail_kernels._util import interpreter_active  # noqa: E402
 
 if interpreter_active():
     DEVICE = "cpu"
@@ -382,7 +382,7 @@ def test_bad_arguments_raise_value_error(call, match):
 
 @pytest.mark.skipif(DEVICE != "cpu", reason="checks the CPU-tensor rules of the interpreter")
 def test_cpu_tensor_needs_the_interpreter(monkeypatch):
-    import kernels._util as util
+    import quail_kernels._util as util
 
     monkeypatch.setattr(util, "interpreter_active", lambda: False)
     monkeypatch.setenv("TRITON_INTERPRET", "0")

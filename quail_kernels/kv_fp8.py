@@ -1,4 +1,4 @@
-"""A pass's cached context keys gathered from the KV pool into float8 (e4m3), for kernels.seg_attention.
+"""A pass's cached context keys gathered from the KV pool into float8 (e4m3), for quail_kernels.seg_attention.
 
 The context keys of a join pass (each anchor's cached tokens, read by all its partners) are
 gathered once per layer. Here they are gathered straight into float8 with one float32 scale per
@@ -19,8 +19,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._quant import FP8, buffer_dtype, row_scale, store_scaled
-from kernels._util import check_device, check_tensor
+from quail_kernels._quant import FP8, buffer_dtype, row_scale, store_scaled
+from quail_kernels._util import check_device, check_tensor
 
 ROWS = 64  # gathered rows per program
 
@@ -54,7 +54,7 @@ def _quant_kernel(k_ptr, slots_ptr, amax_ptr, k8_ptr, C, s_k, s_8, ROWS: tl.cons
 def gather_fp8(k_cache, slots):
     """k_cache [S, n_kv, d] (16-bit or float32, heads contiguous); slots int [C] ->
     (k8 float8 [C, n_kv, d], amax float32 [n_kv, d]): the gathered rows and the channels' absolute
-    maxima (scale = max(amax, 1e-12) / 448, kernels._quant.row_scale)."""
+    maxima (scale = max(amax, 1e-12) / 448, quail_kernels._quant.row_scale)."""
     check_tensor("k_cache", k_cache, ndim=3, dtypes=(torch.float16, torch.bfloat16, torch.float32))
     S, n_kv, d = k_cache.shape
     check_tensor("slots", slots, ndim=1, dtypes=(torch.int32, torch.int64))

@@ -1,7 +1,7 @@
-"""What every kernel that emits FP8 rows shares (kernels/fp8.py, kernels/rmsnorm.py with QUANT).
+"""What every kernel that emits FP8 rows shares (quail_kernels/fp8.py, quail_kernels/rmsnorm.py with QUANT).
 
 A row y is stored as q = clamp(y / s, -448, 448) in float8_e4m3fn with one
-float32 scale s = max|y| / 448 per row (kernels/quant_ref.py is the torch
+float32 scale s = max|y| / 448 per row (quail_kernels/quant_ref.py is the torch
 reference). Triton's CPU interpreter converts to float8 wrongly (124.3 -> 64:
 the mantissa carry is lost), so there the kernels write the scaled row in
 float32 and torch casts it (`quant_buffers` / `finish`).
@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._util import interpreter_active
+from quail_kernels._util import interpreter_active
 
 FP8 = torch.float8_e4m3fn
 

@@ -1,4 +1,4 @@
-"""kernels.seg_attention against its float32 reference (Triton's interpreter on CPU)."""
+"""quail_kernels.seg_attention against its float32 reference (Triton's interpreter on CPU)."""
 import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -7,8 +7,8 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from kernels._util import interpreter_active  # noqa: E402
-from kernels.seg_attention import seg_attention, seg_attention_ref, seg_block_t, seg_items, segments  # noqa: E402
+from quail_kernels._util import interpreter_active  # noqa: E402
+from quail_kernels.seg_attention import seg_attention, seg_attention_ref, seg_block_t, seg_items, segments  # noqa: E402
 
 DEVICE = "cpu" if interpreter_active() else ("cuda" if torch.cuda.is_available() else None)
 if DEVICE is None:

@@ -14,14 +14,14 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._util import (
+from quail_kernels._util import (
     FLOAT_DTYPES,
     block_size,
     check_device,
     check_tensor,
     num_warps_for,
 )
-from kernels._quant import finish, quant_buffers, store_quant
+from quail_kernels._quant import finish, quant_buffers, store_quant
 
 
 @triton.jit
@@ -46,7 +46,7 @@ def _rmsnorm_kernel(
     normed = (h * rstd).to(x_ptr.dtype.element_ty).to(tl.float32)
     w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
     y = (w * normed).to(x_ptr.dtype.element_ty)
-    if QUANT:  # float8 row with its scale: y ~= q * scale (kernels/_quant.py)
+    if QUANT:  # float8 row with its scale: y ~= q * scale (quail_kernels/_quant.py)
         store_quant(y_ptr, scale_ptr, row, stride_y, cols, mask, y.to(tl.float32))
     else:
         tl.store(y_ptr + row * stride_y + cols, y, mask=mask)

@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._util import check_device, check_tensor
+from quail_kernels._util import check_device, check_tensor
 
 LOG2E = 1.4426950408889634
 
@@ -110,7 +110,7 @@ def varlen_attention(q, k, v, items, cu_q, cu_k, block_t: int, causal: bool, out
     """q: [Tq, n_q, d]; k, v: [Tk, n_kv, d] -> (out [Tq, n_q, d], lse float32 [Tq, n_q]).
 
     items: int32 [2, n_items] (sequence, first query token) per program, blocks of
-    `block_t` tokens (kernels._util.query_blocks); cu_q, cu_k: int32 [n_seq + 1]
+    `block_t` tokens (quail_kernels._util.query_blocks); cu_q, cu_k: int32 [n_seq + 1]
     row offsets of each sequence's queries and keys. Only the rows of `items` are
     written. kf, vf, fold: folded contexts (keys [F, n_kv, d] and per sequence
     (first row, length) int32 [2, n_seq]). launch: block_n / num_warps /

@@ -1,4 +1,4 @@
-"""FP8 row quantization kernels (kernels/fp8.py) against the torch path (gpu_worker/quant.py).
+"""FP8 row quantization kernels (quail_kernels/fp8.py) against the torch path (gpu_worker/quant.py).
 
 Triton's CPU interpreter truncates when it casts to float8 where torch and the
 GPU round to nearest, so a quantized value may sit one e4m3 step (2^-3
@@ -12,10 +12,10 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from gpu_worker.quant import fp8_linear, quant_rows as quant_ref, quantize_weight  # noqa: E402
-from kernels._util import interpreter_active  # noqa: E402
-from kernels.fp8 import fused_add_rmsnorm_fp8, quant_rows, rmsnorm_fp8, silu_and_mul_fp8  # noqa: E402
-from kernels.rmsnorm import fused_add_rmsnorm_ref, rmsnorm_ref  # noqa: E402
-from kernels.silu_mul import silu_and_mul_ref  # noqa: E402
+from quail_kernels._util import interpreter_active  # noqa: E402
+from quail_kernels.fp8 import fused_add_rmsnorm_fp8, quant_rows, rmsnorm_fp8, silu_and_mul_fp8  # noqa: E402
+from quail_kernels.rmsnorm import fused_add_rmsnorm_ref, rmsnorm_ref  # noqa: E402
+from quail_kernels.silu_mul import silu_and_mul_ref  # noqa: E402
 
 DEVICE = "cpu" if interpreter_active() else ("cuda" if torch.cuda.is_available() else None)
 if DEVICE is None:

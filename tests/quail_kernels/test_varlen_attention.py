@@ -1,4 +1,4 @@
-"""kernels.varlen_attention against its float32 reference (Triton's interpreter on CPU, compiled on a GPU)."""
+"""quail_kernels.varlen_attention against its float32 reference (Triton's interpreter on CPU, compiled on a GPU)."""
 import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -7,8 +7,8 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from kernels._util import interpreter_active, query_blocks  # noqa: E402
-from kernels.varlen_attention import varlen_attention, varlen_attention_ref  # noqa: E402
+from quail_kernels._util import interpreter_active, query_blocks  # noqa: E402
+from quail_kernels.varlen_attention import varlen_attention, varlen_attention_ref  # noqa: E402
 
 DEVICE = "cpu" if interpreter_active() else ("cuda" if torch.cuda.is_available() else None)
 if DEVICE is None:

@@ -33,14 +33,14 @@ except ImportError:  # CPU-only install
     _triton = None
 
 if _triton is not None:
-    from kernels.seg_attention import seg_attention, seg_attention_ref
-    from kernels.fp8 import fused_add_rmsnorm_fp8, quant_rows, quant_rows_ref, rmsnorm_fp8, silu_and_mul_fp8
-    from kernels.lse_merge import merge_attn, merge_attn_ref
-    from kernels.rmsnorm import fused_add_rmsnorm, fused_add_rmsnorm_ref, rmsnorm, rmsnorm_ref
-    from kernels.rope import qk_norm_rope, qk_norm_rope_ref
-    from kernels.silu_mul import silu_and_mul, silu_and_mul_ref
-    from kernels.varlen_attention import varlen_attention, varlen_attention_ref
-    from kernels.kv_fp8 import gather_fp8, gather_fp8_ref
+    from quail_kernels.seg_attention import seg_attention, seg_attention_ref
+    from quail_kernels.fp8 import fused_add_rmsnorm_fp8, quant_rows, quant_rows_ref, rmsnorm_fp8, silu_and_mul_fp8
+    from quail_kernels.lse_merge import merge_attn, merge_attn_ref
+    from quail_kernels.rmsnorm import fused_add_rmsnorm, fused_add_rmsnorm_ref, rmsnorm, rmsnorm_ref
+    from quail_kernels.rope import qk_norm_rope, qk_norm_rope_ref
+    from quail_kernels.silu_mul import silu_and_mul, silu_and_mul_ref
+    from quail_kernels.varlen_attention import varlen_attention, varlen_attention_ref
+    from quail_kernels.kv_fp8 import gather_fp8, gather_fp8_ref
 
     __all__ = [
         "triton_available",

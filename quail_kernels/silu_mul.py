@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._util import FLOAT_DTYPES, block_size, check_device, check_tensor
+from quail_kernels._util import FLOAT_DTYPES, block_size, check_device, check_tensor
 
 
 @triton.jit

@@ -1,7 +1,7 @@
-"""kernels.kv_fp8 (a context's keys gathered into float8) and kernels.seg_attention on them, against torch.
+"""quail_kernels.kv_fp8 (a context's keys gathered into float8) and quail_kernels.seg_attention on them, against torch.
 
 In Triton's interpreter the attention keeps the query in float32 (its float8 conversion is wrong,
-kernels/_quant.py), so there it must match the float32 attention over the dequantized keys closely;
+quail_kernels/_quant.py), so there it must match the float32 attention over the dequantized keys closely;
 compiled on a GPU the query is float8 too, and the error is bounded against the same reference and
 against attention over the unquantized context.
 """
@@ -13,9 +13,9 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from kernels._util import interpreter_active  # noqa: E402
-from kernels.kv_fp8 import dequant, gather_fp8, gather_fp8_ref  # noqa: E402
-from kernels.seg_attention import seg_attention, seg_attention_ref, seg_block_t, seg_items, segments  # noqa: E402
+from quail_kernels._util import interpreter_active  # noqa: E402
+from quail_kernels.kv_fp8 import dequant, gather_fp8, gather_fp8_ref  # noqa: E402
+from quail_kernels.seg_attention import seg_attention, seg_attention_ref, seg_block_t, seg_items, segments  # noqa: E402
 
 DEVICE = "cpu" if interpreter_active() else ("cuda" if torch.cuda.is_available() else None)
 if DEVICE is None:

@@ -1,4 +1,4 @@
-"""FP8 (e4m3) rows in plain torch: the reference of the quantizing kernels (kernels/fp8.py) and the CPU path.
+"""FP8 (e4m3) rows in plain torch: the reference of the quantizing kernels (quail_kernels/fp8.py) and the CPU path.
 
 A row x is kept as q = clamp(x / s, -448, 448) in float8_e4m3fn with one
 float32 scale s = max|x| / 448 per row, so x ~= q * s. Imports no Triton.

@@ -5,7 +5,7 @@ s = max|x| / 448 (float32, one per row), so x ~= q * s. Weights get the same
 per-output-row scheme once; a projection is then
 `torch._scaled_mm(q_x, q_w.t(), scale_a=s_x [T, 1], scale_b=s_w [1, N])` with
 bf16 output (Hopper's FP8 tensor cores, about twice the bf16 rate; gpu_worker/quant.py
-calls it with fast accumulation); the torch reference is kernels/quant_ref.py.
+calls it with fast accumulation); the torch reference is quail_kernels/quant_ref.py.
 
 The kernels here produce (q, s) where the bf16 path produces x: after RMSNorm
 (rmsnorm.py, QUANT), after SiLU-and-mul, and from a plain row (the attention
@@ -19,12 +19,12 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels import quant_ref
-from kernels._quant import finish, quant_buffers, row_scale, store_quant, store_scaled
-from kernels._util import FLOAT_DTYPES, block_size, check_device, check_tensor, num_warps_for
-from kernels.rmsnorm import _check as _check_norm
-from kernels.rmsnorm import _launch as _norm_launch
-from kernels.silu_mul import check_gate_up
+from quail_kernels import quant_ref
+from quail_kernels._quant import finish, quant_buffers, row_scale, store_quant, store_scaled
+from quail_kernels._util import FLOAT_DTYPES, block_size, check_device, check_tensor, num_warps_for
+from quail_kernels.rmsnorm import _check as _check_norm
+from quail_kernels.rmsnorm import _launch as _norm_launch
+from quail_kernels.silu_mul import check_gate_up
 
 
 @triton.jit
