@@ -18,6 +18,8 @@ silent fall-back to the CPU ('auto' falls back).
 """
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 import pyarrow as pa
 
@@ -159,14 +161,17 @@ def udf_chain(conf, run, spec, doc):
     return pa.array(out, pa.bool_())
 
 
+_SCORE_OPS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}  # score_op of a join's spec
+
+
 def udf_join(conf, run, spec, *cols):
     """Arrow UDF body of the internal ``quail_join(spec, col0, col1[, ...])`` made by the join rule.
 
     ``spec`` is JSON ``{"template": ..., "anchor_arg": ..., ...}`` (``anchor_arg``: the
     column the anchor hint names, else absent); the pairs arrive sorted by the
     document placed first. The answer of ``ai_if(template, col0, col1...)``, or, when the
-    spec has ``score_above`` (the join's ON was ``ai_score(...) > x``), of that comparison
-    (``>=`` when ``inclusive``) on the score ``ai_score`` gives.
+    spec has ``score_op`` and ``score_bound`` (the join's ON was ``ai_score(...) > x``, or
+    ``>=``, ``<``, ``<=``), of that comparison on the score ``ai_score`` gives.
     """
     import json
 
@@ -174,15 +179,15 @@ def udf_join(conf, run, spec, *cols):
 
     _check_strings("quail_join", spec, cols)
     s = json.loads(spec[0].as_py())
-    above = s.get("score_above")
-    call = Call("if" if above is None else "score", s["template"], len(cols), anchor=s.get("anchor_arg"))
+    op = s.get("score_op")
+    call = Call("if" if op is None else "score", s["template"], len(cols), anchor=s.get("anchor_arg"))
     rows = list(range(len(spec)))
     with _metered(conf, run) as eng:
         got = evaluate(eng, call, [c.to_pylist() for c in cols],
                        where=_where(f"ai_{call.kind} (AI join, quail_join)", rows, len(cols)))
-    if above is not None:
-        inclusive = bool(s.get("inclusive"))
-        got = [None if v is None else bool(v >= above if inclusive else v > above) for v in got]
+    if op is not None:
+        compare, bound = _SCORE_OPS[op], float(s["score_bound"])
+        got = [None if v is None else bool(compare(v, bound)) for v in got]
     return pa.array(got, pa.bool_())
 
 

@@ -141,8 +141,8 @@ def _eval(spec: dict) -> list:
 def _join(spec: dict) -> list:
     cols = ", ".join(s["column"] for s in spec["sides"])
     call = f"ai_if({spec['template']!r}, {cols})"
-    if spec.get("score_above") is not None:
-        call = f"ai_score({spec['template']!r}, {cols}) {'>=' if spec.get('inclusive') else '>'} {spec['score_above']}"
+    if spec.get("score_op") is not None:
+        call = f"ai_score({spec['template']!r}, {cols}) {spec['score_op']} {spec['score_bound']}"
     out = [f"  {call}: anchor {spec['anchor']} ({spec['why']}); cost {_cost(spec['cost'])}"]
     for s in spec["sides"]:
         out.append(f"    {s['column']}: {_n(s['rows'])} rows ({s['rows_source']}), {_n(s['tokens'])} tokens "

@@ -198,6 +198,8 @@ RANDOM_QUERIES = {  # a seeded random model answers yes and no (SmolLM2 says no 
     "two_column_filter": "SELECT id FROM notes WHERE ai_if('Is {0} a {1} note?', body, kind)",
     "score_threshold_join": "SELECT n.id, t.tid FROM notes n JOIN terms t "
                             "ON ai_score('Does {0} mention {1}?', n.body, t.term) > 0.3 AND t.tid < 7",
+    "score_below_join": "SELECT n.id, t.tid FROM notes n JOIN terms t "
+                        "ON 0.45 > ai_score('Does {0} mention {1}?', n.body, t.term)",
     "left_join_on_a_score": "SELECT n.id, t.tid FROM notes n LEFT JOIN terms t "
                             "ON ai_score('Does {0} mention {1}?', n.body, t.term) > 0.3",
     "not_exists_on_a_score": "SELECT t.tid FROM terms t WHERE NOT EXISTS (SELECT 1 FROM notes n "

@@ -44,6 +44,8 @@ CASES = [  # (rule, case, query)
     ("ai_join", "anchor_hint", ANCHOR_HINT),
     ("ai_join", "score_above_a_bound",  # the same rewrite; the executor compares the score as written
      "SELECT n.id, t.tid FROM notes n JOIN terms t ON 0.4 <= ai_score('Does {0} mention {1}?', n.body, t.term)"),
+    ("ai_join", "score_below_a_bound",  # the comparison the other way: its operator rides in the spec
+     "SELECT n.id, t.tid FROM notes n JOIN terms t ON ai_score('Does {0} mention {1}?', n.body, t.term) < 0.3"),
     ("ai_join_order", "selective_join_first", THREE_WAY),
     ("ai_join_order", "joins_without_hints",  # the order goes into a hint each call is given
      "SELECT n.id, t.tid, c.cid FROM notes n JOIN terms t ON ai_if('Does {0} mention {1}?', n.body, t.term) "

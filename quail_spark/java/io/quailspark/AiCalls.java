@@ -93,28 +93,29 @@ final class AiCalls {
 
     /**
      * One AI predicate: literal template, column arguments, hints (as written, keys lower-cased);
-     * for {@code ai_score(...) > x} (see {@link #scoreAbove}) the bound x, and whether it is inclusive.
+     * for a score comparison such as {@code ai_score(...) > x} (see {@link #scoreCompared}) the operator
+     * with the score on its left ({@code >}, {@code >=}, {@code <}, {@code <=}) and the bound x.
      */
     static final class Predicate {
         final PythonUDF udf;
         final String template;
         final List<Expression> columns;
         final Map<String, String> hints;
-        final Double scoreAbove;
-        final boolean inclusive;
+        final String scoreOp;
+        final Double scoreBound;
 
         Predicate(PythonUDF udf, String template, List<Expression> columns, Map<String, String> hints) {
-            this(udf, template, columns, hints, null, false);
+            this(udf, template, columns, hints, null, null);
         }
 
         Predicate(PythonUDF udf, String template, List<Expression> columns, Map<String, String> hints,
-                  Double scoreAbove, boolean inclusive) {
+                  String scoreOp, Double scoreBound) {
             this.udf = udf;
             this.template = template;
             this.columns = columns;
             this.hints = hints;
-            this.scoreAbove = scoreAbove;
-            this.inclusive = inclusive;
+            this.scoreOp = scoreOp;
+            this.scoreBound = scoreBound;
         }
 
         /** The selectivity hint, else the default (written once, in AiCost). */
@@ -150,29 +151,25 @@ final class AiCalls {
     }
 
     /**
-     * {@code ai_score(...) > x} (or {@code >=}, or written {@code x < ai_score(...)}) with a literal
-     * template and a literal bound, as a predicate carrying the bound; else null. The score is
-     * P(yes) of the same prompt as ai_if's, so the comparison is evaluated on it as written.
+     * {@code ai_score(...) > x}, {@code >=}, {@code <} or {@code <=}, the score on either side, with a
+     * literal template and a literal bound, as a predicate carrying the comparison (the score on its
+     * left: {@code x < ai_score(...)} is {@code ai_score(...) > x}); else null. The score is P(yes) of
+     * the same prompt as ai_if's, so the comparison is evaluated on it as written.
      */
-    static Predicate scoreAbove(Expression c) {
-        Expression score, bound;
-        boolean inclusive;
-        if (c instanceof GreaterThan || c instanceof GreaterThanOrEqual) {
-            score = ((BinaryComparison) c).left();
-            bound = ((BinaryComparison) c).right();
-            inclusive = c instanceof GreaterThanOrEqual;
-        } else if (c instanceof LessThan || c instanceof LessThanOrEqual) {
-            score = ((BinaryComparison) c).right();
-            bound = ((BinaryComparison) c).left();
-            inclusive = c instanceof LessThanOrEqual;
-        } else {
-            return null;
-        }
-        Predicate p = score(score);
+    static Predicate scoreCompared(Expression c) {
+        if (!(c instanceof GreaterThan || c instanceof GreaterThanOrEqual
+              || c instanceof LessThan || c instanceof LessThanOrEqual)) return null;
+        BinaryComparison b = (BinaryComparison) c;
+        boolean scoreLeft = score(b.left()) != null;
+        Predicate p = scoreLeft ? score(b.left()) : score(b.right());
+        Expression bound = scoreLeft ? b.right() : b.left();
         if (p == null || !bound.foldable() || !(bound.dataType() instanceof NumericType)) return null;
         Object x = bound.eval(null);
         if (x == null) return null;
-        return new Predicate(p.udf, p.template, p.columns, p.hints, Double.valueOf(x.toString()), inclusive);
+        boolean greater = c instanceof GreaterThan || c instanceof GreaterThanOrEqual;
+        boolean orEqual = c instanceof GreaterThanOrEqual || c instanceof LessThanOrEqual;
+        String op = (greater == scoreLeft ? ">" : "<") + (orEqual ? "=" : "");
+        return new Predicate(p.udf, p.template, p.columns, p.hints, op, Double.valueOf(x.toString()));
     }
 
     /** An ai_score call with a literal template, as a predicate (no bound), else null. */

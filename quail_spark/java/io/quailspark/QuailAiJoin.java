@@ -67,7 +67,7 @@ public class QuailAiJoin extends AiRule {
         AiCost model = AiCost.session();
         for (Expression c : AiCalls.conjuncts(j.condition().get())) {
             AiCalls.Predicate p = AiCalls.predicate(c);
-            if (p == null) p = AiCalls.scoreAbove(c);  // ai_score(...) > x: the same prompt, its P(yes) compared
+            if (p == null) p = AiCalls.scoreCompared(c);  // ai_score(...) > x, < x ...: the same prompt, its P(yes) compared
             boolean[] onLeft = p != null && p.columns.size() >= 2 ? sides(p.columns, left, right) : null;
             if (onLeft != null) {
                 Anchor a = new Anchor(model, p, onLeft, j);
@@ -154,8 +154,8 @@ public class QuailAiJoin extends AiRule {
                 .append(", \"selectivity\": ").append(AiCost.num(p.selectivity()))
                 .append(", \"selectivity_source\": \"").append(p.selectivitySource()).append('"');
             if (p.anchorArg() != null) spec.append(", \"anchor_arg\": ").append(p.anchorArg());
-            if (p.scoreAbove != null) {  // kept rows: ai_score(...) > score_above (>= when inclusive)
-                spec.append(", \"score_above\": ").append(p.scoreAbove).append(", \"inclusive\": ").append(p.inclusive);
+            if (p.scoreOp != null) {  // kept rows: ai_score(...) <score_op> score_bound
+                spec.append(", \"score_op\": \"").append(p.scoreOp).append("\", \"score_bound\": ").append(p.scoreBound);
             }
             spec.append(", \"anchor\": ").append(AiCalls.json(p.columns.get(chosen).sql()))
                 .append(", \"why\": ").append(AiCalls.json(why)).append(", \"sides\": [");
