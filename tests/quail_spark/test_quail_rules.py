@@ -47,6 +47,10 @@ CASES = [  # (rule, case, query)
     ("ai_join", "score_below_a_bound",  # the comparison the other way: its operator rides in the spec
      "SELECT n.id, t.tid FROM notes n JOIN terms t ON ai_score('Does {0} mention {1}?', n.body, t.term) < 0.3"),
     ("ai_join_order", "selective_join_first", THREE_WAY),
+    ("ai_join_order", "score_join_weighed",  # a score comparison is an AI join the order weighs too
+     "SELECT n.id, t.tid, c.cid FROM notes n "
+     "JOIN terms t ON ai_score('Does {0} mention {1}?', n.body, t.term, map('selectivity', 0.9)) > 0.2 "
+     "JOIN cats c ON ai_if('Is {0} about {1}?', n.body, c.cat, map('selectivity', 0.1))"),
     ("ai_join_order", "joins_without_hints",  # the order goes into a hint each call is given
      "SELECT n.id, t.tid, c.cid FROM notes n JOIN terms t ON ai_if('Does {0} mention {1}?', n.body, t.term) "
      "JOIN cats c ON ai_if('Is {0} a kind of {1}?', t.term, c.cat)"),

@@ -221,12 +221,24 @@ final class AiCalls {
     }
 
     /**
-     * The AI call {@code e} with {@code key} set in its hint: a named_struct of the hints it has,
-     * as text (every reader parses them from text), and the new one.
+     * The AI call {@code e} (an ai_if, or the ai_score of a score comparison) with {@code key} set in
+     * its hint: a named_struct of the hints it has, as text (every reader parses them from text), and
+     * the new one.
      */
     static Expression withHint(Expression e, String key, Expression value) {
         Predicate p = predicate(e);
-        if (p == null) return e;
+        if (p == null && scoreCompared(e) != null) {  // a score comparison: its ai_score call gains the hint
+            List<Expression> kids = new ArrayList<>();
+            for (Expression k : CollectionConverters.asJava(e.children())) {
+                Predicate s = score(k);
+                kids.add(s == null ? k : hinted(s, key, value));
+            }
+            return e.withNewChildren(seq(kids));
+        }
+        return p == null ? e : hinted(p, key, value);
+    }
+
+    private static Expression hinted(Predicate p, String key, Expression value) {
         List<Expression> args = new ArrayList<>(CollectionConverters.asJava(p.udf.children()));
         if (isHint(args.get(args.size() - 1).dataType())) args.remove(args.size() - 1);
         List<Expression> kv = new ArrayList<>();

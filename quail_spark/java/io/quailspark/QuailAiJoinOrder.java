@@ -19,9 +19,9 @@ import scala.jdk.javaapi.CollectionConverters;
 
 /**
  * Several AI joins in one tree of inner joins, ordered by the cost model (Selinger-style over the
- * AI predicates): every left-deep order of the tables (up to five, so up to four AI joins) in
- * which each table joins by an AI predicate is priced with survivor-thinned totals, and the
- * cheapest is built.
+ * AI predicates: ai_if, and comparisons of ai_score with a literal bound): every left-deep order
+ * of the tables (up to five, so up to four AI joins) in which each table joins by an AI predicate
+ * is priced with survivor-thinned totals, and the cheapest is built.
  *
  * <pre>
  * before: Join Inner, ai_if('Is {0} about {1}?', body, cat, map('selectivity', 0.1))
@@ -68,6 +68,7 @@ public class QuailAiJoinOrder extends AiRule {
         for (Expression c : conds) {
             int[] refs = tablesOf(c, tables);
             AiCalls.Predicate ai = AiCalls.predicate(c);
+            if (ai == null) ai = AiCalls.scoreCompared(c);  // ai_score(...) > x and the like join as ai_if does
             if (ai != null && ai.columns.size() == 2 && refs.length == 2) {
                 if (ai.hints.containsKey(FIELD)) return p;  // already ordered
                 edges.add(new Edge(model, ai, c, tables));
