@@ -32,12 +32,14 @@ CHUNK_ROWS, CHUNK_BYTES = 256, 1 << 20  # an engine call per few short rows woul
 
 @dataclass(frozen=True)
 class AIColumn:
-    """One output column: an AI call over input columns."""
+    """One output column: an AI call over input columns (or expressions of them, which Spark computes
+    into columns of their own before the batches arrive)."""
 
     name: str
     expr: str          # canonical SQL of the call
     call: Call
     inputs: tuple      # input column names, in argument order
+    derived: tuple = ()  # (input name, Spark SQL) of each argument that is an expression
 
     @property
     def result_type(self) -> str:

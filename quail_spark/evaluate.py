@@ -74,8 +74,15 @@ def evaluate(data, label, columns: dict, *, model: str = "smollm2-135m", device:
     from quail_spark import executor
     from quail_spark.metrics import session_dir
 
+    from quail_spark.enrich.spec import SpecError
+    from quail_spark.mapper import with_derived
+
     df = _frame(data, spark)
     questions = questions_of(label, columns, df.columns)
+    try:
+        df = with_derived(df, [q.column for q in questions])  # expression arguments, computed by Spark
+    except (TypeError, ValueError) as e:
+        raise SpecError(str(e)) from None
     _check_label_types(df, questions)
     conf = executor.engine_conf(model, executor.session_device(df.sparkSession, device), **engine)
     run = {"metrics_dir": session_dir(df.sparkSession)}
@@ -104,8 +111,9 @@ def questions_of(label, columns: dict, available) -> list:
     out = []
     for name, expr in columns.items():
         col = parse_column(name, expr)
+        derived = {n for n, _ in col.derived}  # expressions: with_derived resolves them, naming what is missing
         for c in (label[name], *col.inputs):
-            if c not in available:
+            if c not in available and c not in derived:
                 raise SpecError(f"question {name!r}: column {c!r} is not in the input ({list(available)})")
         out.append(Question(col, label[name]))
     return out
@@ -164,7 +172,8 @@ def _score(df, q: Question, conf: dict, run: dict) -> pd.DataFrame:
         args.append(F.array(*[F.lit(x) for x in call.labels]))
     name = "ai_classify" if call.kind == "classify" else "ai_score"
     fn = arrow_function(name, conf, run, shown_as=f"quail_evaluate_{call.kind}")
-    inputs = [F.col(c) for c in dict.fromkeys(q.column.inputs) if c not in ("label", "value")]
+    shown = dict(q.column.derived)  # an expression argument's values under its text
+    inputs = [F.col(c).alias(shown.get(c, c)) for c in dict.fromkeys(q.column.inputs) if c not in ("label", "value")]
     got = df.where(F.col(q.label).isNotNull()) \
         .select(*inputs, F.col(q.label).alias("label"), fn(*args).alias("value")).toPandas()
     if call.kind != "classify":

@@ -22,7 +22,8 @@ class ArrowMapper:
     input_schema : StructType
         The schema of the DataFrame it will map (``df.schema``).
     columns : dict
-        Output column name -> one AI call over input columns, as in an enrichment spec:
+        Output column name -> one AI call over input columns, as in an enrichment spec (an
+        argument that is an expression, ``concat(title, body)``, needs :func:`with_ai_columns`):
         ``"ai_if('Is {0} a complaint?', body)"``, ``"ai_score('Is {0} urgent?', body)"``,
         ``"ai_classify(body, array('bug', 'praise'))"``. The columns' values equal
         ``spark.sql``'s for the same expressions (one prompt rendering, one NULL rule).
@@ -96,8 +97,37 @@ def with_ai_columns(df, columns: dict, model: str = "smollm2-135m", device: str 
     ...                                   model="smollm2-135m", device="cpu")   # doctest: +SKIP
     >>> out.select("id", "urgency", "label", "_ai_error").show()               # doctest: +SKIP
     """
-    m = ArrowMapper(df.schema, columns, model, device, spark=df.sparkSession, **engine)
-    return df.mapInArrow(m, m.schema)
+    parsed = parse_columns(columns)
+    wide = with_derived(df, parsed)  # expression arguments computed by Spark, dropped again after
+    m = ArrowMapper(wide.schema, columns, model, device, spark=df.sparkSession, **engine)
+    out = wide.mapInArrow(m, m.schema)
+    extra = [n for n in wide.columns if n not in df.columns]
+    return out.drop(*extra) if extra else out
+
+
+def with_derived(df, columns):
+    """``df`` with a column per distinct expression argument of ``columns`` (``AIColumn.derived``),
+    computed by Spark (its functions, its NULL semantics): what ``spark.sql`` hands the same call.
+    An argument Spark cannot resolve, or whose value is not text, raises ValueError naming it."""
+    from pyspark.errors import AnalysisException
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import BinaryType, StringType
+
+    new = {}
+    for c in columns:
+        for name, sql in c.derived:
+            if name in new or name in df.columns:
+                continue
+            try:
+                dtype = df.select(F.expr(sql)).schema.fields[0].dataType  # analysed here: errors name the column
+            except AnalysisException as e:
+                raise ValueError(f"column {c.name!r}: argument {sql!r} does not resolve against the input: "
+                                 f"{str(e).splitlines()[0]}") from None
+            if not isinstance(dtype, (StringType, BinaryType)):
+                raise TypeError(f"column {c.name!r}: argument {sql!r} is {dtype.simpleString()}; a document must "
+                                f"be a string: cast it (CAST({sql} AS STRING))")
+            new[name] = F.expr(sql).alias(name)
+    return df.select("*", *new.values()) if new else df
 
 
 def parse_columns(columns) -> tuple:
@@ -117,6 +147,11 @@ def check_inputs(schema, columns) -> None:
     for c in columns:
         if c.name in types or c.name == "_ai_error":
             raise ValueError(f"column {c.name!r}: the name is taken (input columns {sorted(types)}, '_ai_error')")
+        for name, sql in c.derived:
+            if name not in types:
+                raise ValueError(f"column {c.name!r}: argument {sql!r} is an expression; ArrowMapper maps the "
+                                 "batches as they come: use quail_spark.with_ai_columns (Spark computes it) "
+                                 f"or add it as a column first (df.withColumn('doc', F.expr({sql!r})))")
         for x in c.inputs:
             if x not in types:
                 raise ValueError(f"column {c.name!r}: input column {x!r} is not in the input schema "

@@ -119,8 +119,14 @@ def locked_run(spec: Spec, spark, sink, inp, keys, run_id, progress_dir, progres
 
 
 def input_rows(spark, spec: Spec):
-    """The input, checked against the spec, after ``where``."""
+    """The input, checked against the spec, with the AI calls' expression arguments computed, after ``where``."""
+    from quail_spark.mapper import with_derived
+
     inp = read_input(spark, spec)
+    try:
+        inp = with_derived(inp, spec.columns)
+    except (TypeError, ValueError) as e:
+        raise SpecError(str(e)) from None
     inc.check_input(spec, inp)
     if not spec.where:
         return inp

@@ -157,7 +157,9 @@ def parse_spec(raw, base_dir: str = ".") -> Spec:
 
 
 def parse_column(name: str, expr) -> AIColumn:
-    """An output column's expression: exactly one AI call whose documents are input columns."""
+    """An output column's expression: exactly one AI call whose documents are input columns or
+    expressions over them (``concat(title, ' ', body)``). An expression argument reads from a column
+    named after its text (``derived_name``), which Spark adds before the AI stage (``mapper.with_derived``)."""
     import sqlglot
     from sqlglot import exp
 
@@ -169,13 +171,26 @@ def parse_column(name: str, expr) -> AIColumn:
         call, node = parse_call(expr)
     except ValueError as e:
         raise SpecError(f"column {name!r}: {e}") from None
-    inputs = []
+    inputs, derived = [], []
     for a in call.args:
         col = sqlglot.parse_one(a, read="spark")
-        if not isinstance(col, exp.Column) or col.table:
-            raise SpecError(f"column {name!r}: argument {a!r} is not an input column; "
-                            "an AI call's documents must be plain input columns")
-        inputs.append(col.name)
+        if isinstance(col, exp.Column):
+            if col.table:
+                raise SpecError(f"column {name!r}: argument {a!r} is not an input column: the input's columns "
+                                "have no table qualifier")
+            inputs.append(col.name)
+            continue
+        if not col.find(exp.Column) or col.find(exp.AggFunc, exp.Window, exp.Subquery):
+            raise SpecError(f"column {name!r}: argument {a!r} is not an input column or an expression over "
+                            "the row's input columns (no constants alone, aggregates, windows or subqueries)")
+        inputs.append(derived_name(a))
+        derived.append((inputs[-1], a))
     if any(not isinstance(x, str) for x in call.labels):
         raise SpecError(f"column {name!r}: labels must be text literals, got {list(call.labels)}")
-    return AIColumn(name, node.sql("spark"), call, tuple(inputs))
+    return AIColumn(name, node.sql("spark"), call, tuple(inputs), tuple(dict.fromkeys(derived)))
+
+
+def derived_name(sql: str) -> str:
+    """The column an expression argument is computed into: one per distinct text, so two AI columns
+    over the same expression share its values."""
+    return "__doc_" + hashlib.sha256(sql.encode()).hexdigest()[:12]

@@ -195,3 +195,41 @@ def test_json_lines_csv_and_catalog_table_inputs_give_the_parquet_rows(spark, tm
 
 def rows_of_fields(path):
     return sorted((r["id"], r["complaint"], r["_ai_error"]) for r in pq.read_table(path).to_pylist())
+
+
+def test_expression_arguments_are_computed_by_spark_and_hashed_by_value(spark, tmp_path):
+    """An AI call over concat(...) / upper(...): the values spark.sql gives for the same expressions; a
+    rerun recomputes exactly the rows whose expression value changed; a bad expression is named."""
+    import quail_spark
+    from quail_spark.enrich import SpecError, load_spec
+
+    cols = {"c": "ai_if('Is {0} a complaint?', concat(title, ': ', body))",
+            "s": "ai_score('Does {0} mention {1}?', body, upper(title))"}
+    data = notes(12).append_column("title", pa.array([None if i == 5 else f"ticket {i % 4}" for i in range(12)]))
+    pq.write_table(data, tmp_path / "notes.parquet")
+    spec = write_spec(tmp_path, columns=cols, where=None)
+    r1 = enrich(spark, spec)
+    out = {r["id"]: (r["c"], r["s"], r["_ai_error"]) for r in pq.read_table(tmp_path / "out.parquet").to_pylist()}
+    assert pq.read_table(tmp_path / "out.parquet").column_names == ["id", "c", "s", "_ai_error"]
+    assert r1["rows_enriched"] == 12 and out[5][:2] == (None, None)  # NULL title: concat and upper are NULL
+
+    quail_spark.install(spark, model="tiny-llama-random", device="cpu")
+    spark.read.parquet(str(tmp_path / "notes.parquet")).createOrReplaceTempView("expr_notes")
+    want = {r[0]: r[1:] for r in spark.sql(f"SELECT id, {cols['c']}, {cols['s']} FROM expr_notes").collect()}
+    assert {k: v[0] for k, v in out.items()} == {k: v[0] for k, v in want.items()}
+    assert {v[0] for v in want.values()} == {True, False, None}  # both answers: the comparison can fail
+    for k, v in want.items():
+        assert out[k][1] == pytest.approx(v[1], abs=1e-5) if v[1] is not None else out[k][1] is None
+
+    # a new title for id 2 changes both expressions of that row only
+    edited = data.set_column(data.column_names.index("title"), "title",
+                             pa.array([None if i == 5 else ("urgent" if i == 2 else f"ticket {i % 4}") for i in range(12)]))
+    pq.write_table(edited, tmp_path / "notes.parquet")
+    r2 = enrich(spark, spec)
+    assert (r2["rows_enriched"], r2["rows_skipped"]) == (1, 11)
+
+    for expr, why in [("ai_if('Is {0} ok?', concat(nope, body))", r"column 'c': argument 'CONCAT\(nope, body\)'.*nope"),
+                      ("ai_if('Is {0} ok?', length(body))", r"argument 'LENGTH\(body\)' is int")]:
+        with pytest.raises(SpecError, match=why):
+            enrich(spark, write_spec(tmp_path, "bad.json", columns={"c": expr}, where=None))
+    assert load_spec(spec).columns[0].derived  # (the spec itself parsed the expression)

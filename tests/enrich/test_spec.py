@@ -16,7 +16,8 @@ def test_unknown_key_is_rejected_by_name():
 
 @pytest.mark.parametrize("expr, why", [
     ("upper(body)", "expected one AI call"),
-    ("ai_if('Is {0} late?', upper(body))", "is not an input column"),
+    ("ai_if('Is {0} late?', 'a constant')", "is not an input column or an expression over the row's"),
+    ("ai_if('Is {0} late?', max(body))", "no constants alone, aggregates"),
     ("ai_if('Is {0} late?', body) AND lang = 'en'", "expected one AI call"),
     ("ai_if('Is {0} {1} late?', body)", r"placeholder \{1\} expected an argument"),
     ("ai_classify(body, array('only'))", "at least 2 labels"),
@@ -39,6 +40,18 @@ def test_calls_parse_to_the_shared_call_shapes():
     assert (c.call.kind, c.call.n_cols, c.inputs, c.result_type) == ("score", 2, ("q", "a"), "double")
     assert (d.call.kind, d.result_type) == ("if", "boolean")
     assert spec.referenced == ("body", "q", "a")
+
+
+def test_an_expression_argument_reads_a_column_spark_computes():
+    spec = parse_spec({**BASE, "columns": {
+        "a": "ai_if('Is {0} late?', concat(title, ' ', body))",
+        "b": "ai_score('Does {0} answer {1}?', concat(title, ' ', body), upper(q))",
+        "c": "ai_if('Is {0} late?', body)"}})
+    a, b, c = spec.columns
+    assert a.derived == ((a.inputs[0], "CONCAT(title, ' ', body)"),) and a.inputs[0].startswith("__doc_")
+    assert b.inputs[0] == a.inputs[0] and b.derived[1] == (b.inputs[1], "UPPER(q)")  # one column per text
+    assert c.derived == () and c.inputs == ("body",)
+    assert spec.referenced == (a.inputs[0], b.inputs[1], "body")
 
 
 def test_column_hash_follows_the_call_and_value_settings_only():

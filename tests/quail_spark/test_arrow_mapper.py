@@ -117,3 +117,31 @@ def test_columns_are_checked_on_the_driver(spark):
         quail_spark.ArrowMapper(df.schema, {"body": "ai_if('Is {0} ok?', body)"}, **mq.TINY)
     with pytest.raises(ValueError, match="expected one AI call"):
         quail_spark.ArrowMapper(df.schema, {"c": "upper(body)"}, **mq.TINY)
+
+
+def test_with_ai_columns_computes_expression_arguments_as_spark_sql_does(spark):
+    """concat(...) / lower(...) as documents: with_ai_columns has Spark compute them (the columns it adds
+    are dropped again) and gives spark.sql's values; ArrowMapper, which maps batches as they come, says
+    to use with_ai_columns; an expression that does not resolve, or is not text, is named."""
+    import quail_spark
+
+    quail_spark.install(spark, **mq.TINY)
+    df = mq.table(spark).where(f"id NOT IN {mq.BAD}")
+    cols = {"c": "ai_if('Is {0} a complaint?', concat(topic, ': ', body))",
+            "s": "ai_score('Does {0} mention {1}?', lower(body), topic)"}
+    out = quail_spark.with_ai_columns(df, cols, **mq.TINY)
+    assert out.columns == ["id", "body", "topic", "c", "s", "_ai_error"]
+    got = {r.id: (r.c, r.s) for r in out.collect()}
+    df.createOrReplaceTempView("expr_rows")
+    want = {r[0]: (r[1], r[2]) for r in spark.sql(f"SELECT id, {cols['c']}, {cols['s']} FROM expr_rows").collect()}
+    assert {k: v[0] for k, v in got.items()} == {k: v[0] for k, v in want.items()}
+    assert {v[0] for v in want.values()} >= {True, False}
+    for k, v in want.items():
+        assert got[k][1] == pytest.approx(v[1], abs=1e-5) if v[1] is not None else got[k][1] is None
+
+    with pytest.raises(ValueError, match="is an expression; ArrowMapper maps the batches as they come"):
+        quail_spark.ArrowMapper(df.schema, cols, **mq.TINY)
+    with pytest.raises(ValueError, match=r"argument 'CONCAT\(nope, body\)' does not resolve.*nope"):
+        quail_spark.with_ai_columns(df, {"c": "ai_if('Is {0} ok?', concat(nope, body))"}, **mq.TINY)
+    with pytest.raises(TypeError, match=r"argument 'LENGTH\(body\)' is int"):
+        quail_spark.with_ai_columns(df, {"c": "ai_if('Is {0} ok?', length(body))"}, **mq.TINY)

@@ -139,6 +139,23 @@ def test_evaluate_names_a_bad_label_column(spark):
         quail_spark.evaluate(SET, "nope", {"animal": QUESTIONS["animal"]}, spark=spark)
 
 
+def test_evaluate_reads_an_expression_argument_as_spark_computes_it(spark):
+    """upper(text) as the document: the margins of the same call over a column holding upper(text)."""
+    import quail_spark
+    from pyspark.sql import functions as F
+
+    df = spark.read.json(SET)
+    expr = {"animal": "ai_if('Is {0} an animal?', upper(text))"}
+    got = quail_spark.evaluate(df, "is_animal", expr, model="tiny-llama-random", spark=spark)
+    ref = quail_spark.evaluate(df.withColumn("up", F.upper("text")), "is_animal",
+                               {"animal": "ai_if('Is {0} an animal?', up)"}, model="tiny-llama-random", spark=spark)
+    a = got.scores["animal"].sort_values("UPPER(text)")
+    b = ref.scores["animal"].sort_values("up")
+    assert list(a["UPPER(text)"]) == list(b["up"]) and len(a) > 4
+    np.testing.assert_allclose(a["margin"].to_numpy(), b["margin"].to_numpy(), atol=1e-5)
+    assert got.results[0]["auc"] == pytest.approx(ref.results[0]["auc"])
+
+
 # ------------------------------------------------------------------ the command
 
 
