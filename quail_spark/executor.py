@@ -161,7 +161,7 @@ def udf_chain(conf, run, spec, doc):
     return pa.array(out, pa.bool_())
 
 
-_SCORE_OPS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}  # score_op of a join's spec
+_SCORE_OPS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}  # a join spec's score_bounds
 
 
 def udf_join(conf, run, spec, *cols):
@@ -170,8 +170,9 @@ def udf_join(conf, run, spec, *cols):
     ``spec`` is JSON ``{"template": ..., "anchor_arg": ..., ...}`` (``anchor_arg``: the
     column the anchor hint names, else absent); the pairs arrive sorted by the
     document placed first. The answer of ``ai_if(template, col0, col1...)``, or, when the
-    spec has ``score_op`` and ``score_bound`` (the join's ON was ``ai_score(...) > x``, or
-    ``>=``, ``<``, ``<=``), of that comparison on the score ``ai_score`` gives.
+    spec has ``score_bounds`` (``[[op, x], ...]``: the join's ON compared ``ai_score(...)``
+    with ``x`` by ``>``, ``>=``, ``<`` or ``<=``, once or more, as a BETWEEN does), of those
+    comparisons, all of them, on the score ``ai_score`` gives.
     """
     import json
 
@@ -179,15 +180,15 @@ def udf_join(conf, run, spec, *cols):
 
     _check_strings("quail_join", spec, cols)
     s = json.loads(spec[0].as_py())
-    op = s.get("score_op")
-    call = Call("if" if op is None else "score", s["template"], len(cols), anchor=s.get("anchor_arg"))
+    bounds = s.get("score_bounds")
+    call = Call("if" if bounds is None else "score", s["template"], len(cols), anchor=s.get("anchor_arg"))
     rows = list(range(len(spec)))
     with _metered(conf, run) as eng:
         got = evaluate(eng, call, [c.to_pylist() for c in cols],
                        where=_where(f"ai_{call.kind} (AI join, quail_join)", rows, len(cols)))
-    if op is not None:
-        compare, bound = _SCORE_OPS[op], float(s["score_bound"])
-        got = [None if v is None else bool(compare(v, bound)) for v in got]
+    if bounds is not None:
+        tests = [(_SCORE_OPS[op], float(x)) for op, x in bounds]
+        got = [None if v is None else all(compare(v, x) for compare, x in tests) for v in got]
     return pa.array(got, pa.bool_())
 
 

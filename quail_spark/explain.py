@@ -141,8 +141,9 @@ def _eval(spec: dict) -> list:
 def _join(spec: dict) -> list:
     cols = ", ".join(s["column"] for s in spec["sides"])
     call = f"ai_if({spec['template']!r}, {cols})"
-    if spec.get("score_op") is not None:
-        call = f"ai_score({spec['template']!r}, {cols}) {spec['score_op']} {spec['score_bound']}"
+    if spec.get("score_bounds") is not None:
+        score = f"ai_score({spec['template']!r}, {cols})"
+        call = " AND ".join(f"{score} {op} {x}" for op, x in spec["score_bounds"])
     out = [f"  {call}: anchor {spec['anchor']} ({spec['why']}); cost {_cost(spec['cost'])}"]
     for s in spec["sides"]:
         out.append(f"    {s['column']}: {_n(s['rows'])} rows ({s['rows_source']}), {_n(s['tokens'])} tokens "

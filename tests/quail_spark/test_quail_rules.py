@@ -44,6 +44,9 @@ CASES = [  # (rule, case, query)
     ("ai_join", "anchor_hint", ANCHOR_HINT),
     ("ai_join", "score_above_a_bound",  # the same rewrite; the executor compares the score as written
      "SELECT n.id, t.tid FROM notes n JOIN terms t ON 0.4 <= ai_score('Does {0} mention {1}?', n.body, t.term)"),
+    ("ai_join", "score_between_bounds",  # one quail_join checks both comparisons of the one score
+     "SELECT n.id, t.tid FROM notes n JOIN terms t ON ai_score('Does {0} mention {1}?', n.body, t.term) "
+     "BETWEEN 0.3 AND 0.6"),
     ("ai_join", "score_below_a_bound",  # the comparison the other way: its operator rides in the spec
      "SELECT n.id, t.tid FROM notes n JOIN terms t ON ai_score('Does {0} mention {1}?', n.body, t.term) < 0.3"),
     ("ai_join_order", "selective_join_first", THREE_WAY),

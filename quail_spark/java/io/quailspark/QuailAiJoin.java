@@ -65,20 +65,38 @@ public class QuailAiJoin extends AiRule {
         boolean equiKeys = false;
         Boolean broadcastLeft = null;
         AiCost model = AiCost.session();
+        List<AiCalls.Predicate> preds = new ArrayList<>();
+        List<boolean[]> predSides = new ArrayList<>();
+        List<List<String>> bounds = new ArrayList<>();  // per predicate: its score comparisons, as JSON pairs
         for (Expression c : AiCalls.conjuncts(j.condition().get())) {
             AiCalls.Predicate p = AiCalls.predicate(c);
             if (p == null) p = AiCalls.scoreCompared(c);  // ai_score(...) > x, < x ...: the same prompt, its P(yes) compared
             boolean[] onLeft = p != null && p.columns.size() >= 2 ? sides(p.columns, left, right) : null;
-            if (onLeft != null) {
-                Anchor a = new Anchor(model, p, onLeft, j);
-                Expression call = AiCalls.call(session, AiCalls.JOIN, a.args());
-                if (call == null) return j;
-                calls.add(call);
-                if (broadcastLeft == null) broadcastLeft = !onLeft[a.chosen];  // broadcast the partners
-            } else {
+            if (onLeft == null) {
                 rest.add(c);
                 equiKeys |= isEquiKey(c, left, right);
+                continue;
             }
+            String bound = p.scoreOp == null ? null
+                : "[\"" + p.scoreOp + "\", " + p.scoreBound + "]";
+            int same = -1;  // the same ai_score compared twice (BETWEEN, a range): one call checks both
+            for (int k = 0; k < preds.size() && bound != null && same < 0; k++) {
+                if (preds.get(k).scoreOp != null && preds.get(k).udf.semanticEquals(p.udf)) same = k;
+            }
+            if (same >= 0) {
+                bounds.get(same).add(bound);
+                continue;
+            }
+            preds.add(p);
+            predSides.add(onLeft);
+            bounds.add(new ArrayList<>(bound == null ? List.of() : List.of(bound)));
+        }
+        for (int k = 0; k < preds.size(); k++) {
+            Anchor a = new Anchor(model, preds.get(k), predSides.get(k), j);
+            Expression call = AiCalls.call(session, AiCalls.JOIN, a.args(bounds.get(k)));
+            if (call == null) return j;
+            calls.add(call);
+            if (broadcastLeft == null) broadcastLeft = !predSides.get(k)[a.chosen];  // broadcast the partners
         }
         if (calls.isEmpty()) return j;
         JoinHint hint = j.hint();
@@ -148,14 +166,17 @@ public class QuailAiJoin extends AiRule {
             }
         }
 
-        /** quail_join(spec, columns...): spec is JSON of the template, the hints and the estimates. */
-        List<Expression> args() {
+        /**
+         * quail_join(spec, columns...): spec is JSON of the template, the hints and the estimates; for
+         * score comparisons ({@code bounds}, JSON pairs [op, bound]) the rows kept satisfy all of them.
+         */
+        List<Expression> args(List<String> bounds) {
             StringBuilder spec = new StringBuilder("{\"template\": ").append(AiCalls.json(p.template))
                 .append(", \"selectivity\": ").append(AiCost.num(p.selectivity()))
                 .append(", \"selectivity_source\": \"").append(p.selectivitySource()).append('"');
             if (p.anchorArg() != null) spec.append(", \"anchor_arg\": ").append(p.anchorArg());
-            if (p.scoreOp != null) {  // kept rows: ai_score(...) <score_op> score_bound
-                spec.append(", \"score_op\": \"").append(p.scoreOp).append("\", \"score_bound\": ").append(p.scoreBound);
+            if (!bounds.isEmpty()) {  // kept rows: ai_score(...) <op> bound, for every pair
+                spec.append(", \"score_bounds\": [").append(String.join(", ", bounds)).append(']');
             }
             spec.append(", \"anchor\": ").append(AiCalls.json(p.columns.get(chosen).sql()))
                 .append(", \"why\": ").append(AiCalls.json(why)).append(", \"sides\": [");
