@@ -75,7 +75,8 @@ def evaluate_batch(engine: Callable, columns, batch, need=None,
     each non-NULL row of that column gets ``on_failure(error)`` as its reason.
     """
     n = batch.num_rows
-    texts, undecodable = decode(batch, {x for c in columns for x in c.inputs})
+    texts, undecodable = decode(batch, {x for c in columns for x in c.inputs},
+                                {name: sql for c in columns for name, sql in c.derived})
     out = BatchValues([], [[] for _ in range(n)])
     for i, col in enumerate(columns):
         rows, failed = [], set()
@@ -123,11 +124,13 @@ def _column(engine, col: AIColumn, cols, counters: dict, on_failure):
         return [None] * n, [None if null else why for null in nulls]
 
 
-def decode(batch, names) -> tuple[dict, dict]:
+def decode(batch, names, expressions=None) -> tuple[dict, dict]:
     """Columns ``names`` of ``batch`` as Python str/None; binary (or invalid UTF-8) decoded per row.
 
-    Returns (name -> list, {(name, row): why} for values that are not UTF-8).
+    Returns (name -> list, {(name, row): why} for values that are not UTF-8); ``why`` names the
+    expression a column holds when ``expressions`` (name -> SQL) has it, else the column.
     """
+    expressions = expressions or {}
     out, bad = {}, {}
     for name in names:
         arr = batch.column(name)
@@ -142,7 +145,8 @@ def decode(batch, names) -> tuple[dict, dict]:
             try:
                 vals.append(None if v is None else v.decode("utf-8"))
             except UnicodeDecodeError as e:
-                bad[(name, r)] = f"undecodable text in column {name!r} ({e.reason} at byte {e.start})"
+                where = f"argument {expressions[name]!r}" if name in expressions else f"column {name!r}"
+                bad[(name, r)] = f"undecodable text in {where} ({e.reason} at byte {e.start})"
                 vals.append(None)
         out[name] = vals
     return out, bad

@@ -139,6 +139,9 @@ def test_with_ai_columns_computes_expression_arguments_as_spark_sql_does(spark):
     for k, v in want.items():
         assert got[k][1] == pytest.approx(v[1], abs=1e-5) if v[1] is not None else got[k][1] is None
 
+    errors = {r.id: r._ai_error for r in quail_spark.with_ai_columns(  # the bad rows: the expression named
+        mq.table(spark), {"c": "ai_if('Is {0} ok?', concat(body, '!'))"}, **mq.TINY).select("id", "_ai_error").collect()}
+    assert errors[7].startswith("c: undecodable text in argument \"CONCAT(body, '!')\"") and errors[1] is None, errors
     with pytest.raises(ValueError, match="is an expression; ArrowMapper maps the batches as they come"):
         quail_spark.ArrowMapper(df.schema, cols, **mq.TINY)
     with pytest.raises(ValueError, match=r"argument 'CONCAT\(nope, body\)' does not resolve.*nope"):
