@@ -205,6 +205,9 @@ RANDOM_QUERIES = {  # a seeded random model answers yes and no (SmolLM2 says no 
                                       "JOIN cats c ON ai_if('Is {0} a kind of {1}?', t.term, c.cat, map('selectivity', 0.1))",
     "score_between_join": "SELECT n.id, t.tid FROM notes n JOIN terms t "
                           "ON ai_score('Does {0} mention {1}?', n.body, t.term) BETWEEN 0.3 AND 0.6",
+    "three_way_score_range": "SELECT n.id, t.tid, c.cid FROM notes n JOIN terms t "
+                             "ON ai_score('Does {0} mention {1}?', n.body, t.term) BETWEEN 0.25 AND 0.6 "
+                             "JOIN cats c ON ai_if('Is {0} a kind of {1}?', t.term, c.cat, map('selectivity', 0.1))",
     "left_join_on_a_score": "SELECT n.id, t.tid FROM notes n LEFT JOIN terms t "
                             "ON ai_score('Does {0} mention {1}?', n.body, t.term) > 0.3",
     "not_exists_on_a_score": "SELECT t.tid FROM terms t WHERE NOT EXISTS (SELECT 1 FROM notes n "

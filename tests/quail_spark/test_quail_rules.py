@@ -54,6 +54,10 @@ CASES = [  # (rule, case, query)
      "SELECT n.id, t.tid, c.cid FROM notes n "
      "JOIN terms t ON ai_score('Does {0} mention {1}?', n.body, t.term, map('selectivity', 0.9)) > 0.2 "
      "JOIN cats c ON ai_if('Is {0} about {1}?', n.body, c.cat, map('selectivity', 0.1))"),
+    ("ai_join_order", "score_range_one_edge",  # BETWEEN: one edge of the order, one quail_join
+     "SELECT n.id, t.tid, c.cid FROM notes n "
+     "JOIN terms t ON ai_score('Does {0} mention {1}?', n.body, t.term, map('selectivity', 0.9)) BETWEEN 0.2 AND 0.9 "
+     "JOIN cats c ON ai_if('Is {0} about {1}?', n.body, c.cat, map('selectivity', 0.1))"),
     ("ai_join_order", "joins_without_hints",  # the order goes into a hint each call is given
      "SELECT n.id, t.tid, c.cid FROM notes n JOIN terms t ON ai_if('Does {0} mention {1}?', n.body, t.term) "
      "JOIN cats c ON ai_if('Is {0} a kind of {1}?', t.term, c.cat)"),

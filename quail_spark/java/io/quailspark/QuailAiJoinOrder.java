@@ -71,6 +71,11 @@ public class QuailAiJoinOrder extends AiRule {
             if (ai == null) ai = AiCalls.scoreCompared(c);  // ai_score(...) > x and the like join as ai_if does
             if (ai != null && ai.columns.size() == 2 && refs.length == 2) {
                 if (ai.hints.containsKey(FIELD)) return p;  // already ordered
+                Edge same = ai.scoreOp == null ? null : sameScore(edges, ai);
+                if (same != null) {  // a second bound on one score (BETWEEN): one edge, one evaluation
+                    same.also.add(c);
+                    continue;
+                }
                 edges.add(new Edge(model, ai, c, tables));
                 if (edges.get(edges.size() - 1).side == null) return p;
             } else if (refs.length <= 1 && !AiCalls.containsAi(c)) {
@@ -145,10 +150,19 @@ public class QuailAiJoinOrder extends AiRule {
         return out.stream().mapToInt(Integer::intValue).toArray();
     }
 
+    /** The edge whose predicate compares the same ai_score call as {@code p}, else null. */
+    private static Edge sameScore(List<Edge> edges, AiCalls.Predicate p) {
+        for (Edge e : edges) {
+            if (e.p.scoreOp != null && e.p.udf.semanticEquals(p.udf)) return e;
+        }
+        return null;
+    }
+
     /** One AI predicate between two tables: its tables per column, tokens and selectivity. */
     private static final class Edge {
         final AiCalls.Predicate p;
         final Expression cond;
+        final List<Expression> also = new ArrayList<>();  // more comparisons of the same score
         final int[] side = new int[2];
         final double[] tokens = new double[2];
         final String[] name = new String[2];
@@ -243,7 +257,10 @@ public class QuailAiJoinOrder extends AiRule {
     private static LogicalPlan build(int[] order, List<LogicalPlan> tables, List<Edge> edges,
                                      List<Expression> local, String json) {
         List<Expression> pending = new ArrayList<>(local);
-        for (Edge e : edges) pending.add(withOrder(e.cond, json));
+        for (Edge e : edges) {
+            pending.add(withOrder(e.cond, json));
+            for (Expression c : e.also) pending.add(withOrder(c, json));  // the same hint: still one call
+        }
         LogicalPlan cur = tables.get(order[0]);
         for (int k = 1; k < order.length; k++) {
             LogicalPlan right = tables.get(order[k]);
