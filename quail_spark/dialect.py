@@ -62,6 +62,8 @@ def to_spark(sql: str, dialect: str | None = None) -> tuple[str, tuple]:
     for tree in trees:
         for node in list(tree.walk()):
             name = _ai_name(node)
+            if name and dialect == "spark" and _template_per_row(node):
+                continue  # Spark's call as written: the executor reads each row's template
             if name:
                 call = _ai_call(node, name)
                 calls.append(call)
@@ -135,6 +137,21 @@ def parse_call(expr: str) -> tuple[Call, exp.Expression]:
         raise UnsupportedSQL(f"{expr[:80]!r} as one AI call",
                              f"expected one AI call ({', '.join(sorted(FUNCTIONS))}), got {type(node).__name__}")
     return _ai_call(node, name), node
+
+
+def _template_per_row(node) -> bool:
+    """A Spark-spelled ai_if / ai_score / ai_classify whose template is an expression (a column of
+    questions, a concat): not one Call, but valid Spark SQL (each row's template is rendered)."""
+    if not isinstance(node, exp.Anonymous) or not node.expressions:
+        return False
+    first = node.expressions[0]
+    if isinstance(first, (exp.Kwarg, exp.Tuple)) or (isinstance(first, exp.Literal) and first.is_string):
+        return False
+    if isinstance(first, exp.Anonymous) and first.name.lower() == "prompt":
+        return False
+    if node.name.lower() == "ai_classify" and len(node.expressions) == 2:
+        return False  # ai_classify(col, labels): the column is the document
+    return not isinstance(first, exp.Null)
 
 
 def _ai_call(node, name: str) -> Call:

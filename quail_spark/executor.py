@@ -303,8 +303,9 @@ def _parsed(fn: str, args) -> list:
     template, cols = args[0], args[1:]
     _check_strings(fn, template, cols)
     values = [c.to_pylist() for c in cols]
+    # a template read from a column may differ per row; a NULL, empty or blank one gives NULL (the NULL rule)
     return [(Call(kind, text, len(cols), labs, anchor=anchor), rows, [[v[r] for r in rows] for v in values])
-            for (text, labs), rows in _groups(template.to_pylist(), labels).items()]
+            for (text, labs), rows in _groups(template.to_pylist(), labels).items() if text and text.strip()]
 
 
 class _metered:
@@ -356,8 +357,6 @@ def _strip_hint(args):
 def _check_strings(fn, template, cols) -> None:
     if not pa.types.is_string(template.type) and not pa.types.is_large_string(template.type):
         raise TypeError(f"{fn}: argument 1 (the template) must be a string, got {template.type}")
-    if template.null_count:
-        raise ValueError(f"{fn}: the template is NULL in {template.null_count} row(s); expected a text")
     for i, c in enumerate(cols):
         if not (pa.types.is_string(c.type) or pa.types.is_large_string(c.type) or pa.types.is_null(c.type)):
             raise TypeError(f"{fn}: argument {i + 2} is a document and must be a string column, got "

@@ -226,6 +226,22 @@ def random_model(spark, qs):
     QuailSession(spark, model="smollm2-135m", device="cpu")  # the engine of the other tests
 
 
+def test_templates_read_from_a_column_give_the_same_rows_on_every_path(spark, random_model):
+    """ai_if / ai_score with each row's question from a table (a NULL and a blank question give NULL)."""
+    spark.createDataFrame([(1, "Is {0} about an animal?"), (2, "Is {0} a complaint?"), (3, None), (4, "  "),
+                           (5, "Does {0} mention {1}?")], "qid int, question string").createOrReplaceTempView("qtab")
+    sqls = ["SELECT n.id, q.qid FROM notes n CROSS JOIN qtab q WHERE q.qid < 5 AND ai_if(q.question, n.body)",
+            "SELECT n.id, q.qid, ai_score(q.question, n.body, n.kind) AS s FROM notes n JOIN qtab q ON q.qid = 5",
+            "SELECT q.qid, count_if(ai_if(q.question, n.body)) AS n FROM notes n CROSS JOIN qtab q WHERE q.qid < 5 "
+            "GROUP BY q.qid"]
+    for sql in sqls:
+        on, off = rows_with_rules(spark, sql, True), rows_with_rules(spark, sql, False)
+        ours = multiset(random_model.sql(sql).collect())
+        assert on == off == ours, f"{sql}: rules on {sorted(on)}, off {sorted(off)}, QuailSession {sorted(ours)}"
+    per_q = {r[0]: r[1] for r in random_model.sql(sqls[2]).collect()}
+    assert per_q[3] == per_q[4] == 0 and per_q[1] + per_q[2] > 0, per_q  # NULL, blank: no row passes
+
+
 @pytest.mark.parametrize("name", list(RANDOM_QUERIES))
 def test_same_rows_on_every_path_with_a_random_model(spark, random_model, name):
     sql = RANDOM_QUERIES[name]

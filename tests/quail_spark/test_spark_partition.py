@@ -98,6 +98,9 @@ def test_sql_function_bodies_refuse_a_non_string_document():
     """The Arrow UDF bodies check types too (a session without the extension's check rule reaches them)."""
     with pytest.raises(TypeError, match=r"ai_if: argument 2 is a document and must be a string column, got int64"):
         executor._check_strings("ai_if", pa.array(["Is {0} old?"]), [pa.array([1])])
-    with pytest.raises(ValueError, match=r"the template is NULL in 1 row"):
-        executor._check_strings("ai_if", pa.array([None], pa.string()), [pa.array(["text"])])
+    # a template read from a column: NULL or blank in a row gives NULL there (the NULL rule), the rest grouped
+    groups = executor._parsed("ai_if", [pa.array([None, " ", "Is {0} old?", "Is {0} new?", "Is {0} old?"]),
+                                        pa.array(["a", "b", "c", "d", "e"])])
+    assert [(c.template, rows, vals) for c, rows, vals in groups] == [
+        ("Is {0} old?", [2, 4], [["c", "e"]]), ("Is {0} new?", [3], [["d"]])]
     executor._check_strings("ai_if", pa.array(["Is {0} old?"]), [pa.array([None], pa.null()), pa.array(["x"])])

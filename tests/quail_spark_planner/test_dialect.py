@@ -102,6 +102,17 @@ def test_text_spark_cannot_parse_is_left_to_spark():
     assert to_spark("SELECT id FROM reviews WHERE")[0] == "SELECT id FROM reviews WHERE"
 
 
+def test_a_template_read_from_a_column_is_spark_sql_as_written():
+    """ai_if(q.question, n.body): each row's question is rendered by the executor; no Call to check.
+    The BigQuery and Snowflake spellings need a text template (their translation is a Call)."""
+    sql = ("SELECT n.id FROM notes n CROSS JOIN qs q WHERE ai_if(q.question, n.body) "
+           "AND ai_if('Is {0} rude?', n.body) AND ai_score(concat('Is {0} about ', q.topic, '?'), n.body) > 0.5")
+    text, calls = to_spark(sql)
+    assert text == sql and calls == (Call.of("ai_if", "Is {0} rude?", ("n.body",)),)
+    with pytest.raises(TemplateError, match="expected a template text first"):
+        to_spark("SELECT id FROM notes n CROSS JOIN qs q WHERE AI.IF(PROMPT(q.question, n.body))")
+
+
 @pytest.mark.parametrize("sql, error, words", [
     ("SELECT id FROM reviews WHERE ai_if('Is {0} like {1}?', text)", TemplateError, ["{1}", "1 were given"]),
     ("SELECT id FROM reviews WHERE ai_if('Is it rude?', text)", TemplateError, ["placeholder {0}"]),
