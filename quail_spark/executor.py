@@ -195,7 +195,8 @@ def udf_join(conf, run, spec, *cols):
 def udf_match(conf, run, spec, *cols):
     """Arrow UDF body of the internal ``quail_match(spec, col0s, col1s[, ...])`` of outer, semi and anti AI joins.
 
-    ``spec`` is JSON ``{"template": ..., "anchor_arg": ...}`` (as quail_join's); each column is, per preserved row, the list
+    ``spec`` is JSON ``{"template": ..., "anchor_arg": ...}`` (as quail_join's), or ``{"template_arg": true}``
+    when the first column holds each pair's template (read from a column); each column is, per preserved row, the list
     of the call's argument values over that row's partner rows (equal lengths). Returns
     per row the list of the answers of ``ai_if(template, col0, col1, ...)`` on each pair
     (NULL for a pair with a NULL, empty or whitespace-only value): all pairs of the batch
@@ -216,11 +217,23 @@ def udf_match(conf, run, spec, *cols):
         raise ValueError("quail_match: the argument lists of a row differ in length")
     s = json.loads(spec[0].as_py())
     kind = s.get("kind", "if")
-    call = Call(kind, s["template"], len(cols), anchor=s.get("anchor_arg"))
-    pairs = list(range(len(flat[0])))
-    with _metered(conf, run) as eng:
-        got = evaluate(eng, call, [f.to_pylist() for f in flat],
-                       where=_where(f"ai_{kind} (outer, semi or anti AI join, quail_match)", pairs, len(cols)))
+    fn = f"ai_{kind} (outer, semi or anti AI join, quail_match)"
+    values = [f.to_pylist() for f in flat]
+    if s.get("template_arg"):  # each pair's template comes first; NULL or blank gives NULL
+        got = [None] * len(values[0])
+        with _metered(conf, run) as eng:
+            for text, pairs in _groups(values[0]).items():
+                if not (text and text.strip()):
+                    continue
+                part = evaluate(eng, Call(kind, text, len(cols) - 1), [[v[i] for i in pairs] for v in values[1:]],
+                                where=_where(fn, pairs, len(cols) - 1))
+                for i, x in zip(pairs, part):
+                    got[i] = x
+    else:
+        call = Call(kind, s["template"], len(cols), anchor=s.get("anchor_arg"))
+        pairs = list(range(len(flat[0])))
+        with _metered(conf, run) as eng:
+            got = evaluate(eng, call, values, where=_where(fn, pairs, len(cols)))
     offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]), pa.int32())
     return pa.ListArray.from_arrays(offsets, pa.array(got, pa.float64() if kind == "score" else pa.bool_()))
 

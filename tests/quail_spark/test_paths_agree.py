@@ -227,17 +227,29 @@ def random_model(spark, qs):
 
 
 def test_templates_read_from_a_column_give_the_same_rows_on_every_path(spark, random_model):
-    """ai_if / ai_score with each row's question from a table (a NULL and a blank question give NULL)."""
+    """ai_if / ai_score with each row's question from a table (a NULL and a blank question give NULL), in
+    WHERE, SELECT, an aggregate, an inner, a LEFT and a semi join (the last two through quail_match)."""
     spark.createDataFrame([(1, "Is {0} about an animal?"), (2, "Is {0} a complaint?"), (3, None), (4, "  "),
                            (5, "Does {0} mention {1}?")], "qid int, question string").createOrReplaceTempView("qtab")
     sqls = ["SELECT n.id, q.qid FROM notes n CROSS JOIN qtab q WHERE q.qid < 5 AND ai_if(q.question, n.body)",
             "SELECT n.id, q.qid, ai_score(q.question, n.body, n.kind) AS s FROM notes n JOIN qtab q ON q.qid = 5",
             "SELECT q.qid, count_if(ai_if(q.question, n.body)) AS n FROM notes n CROSS JOIN qtab q WHERE q.qid < 5 "
             "GROUP BY q.qid"]
-    for sql in sqls:
+    spark.table("qtab").where("qid < 5").createOrReplaceTempView("qone")  # one-document questions only
+    inner = "SELECT n.id, q.qid FROM notes n JOIN qone q ON ai_if(q.question, n.body)"
+    left = "SELECT n.id, q.qid FROM notes n LEFT JOIN qone q ON ai_if(q.question, n.body)"
+    exists = "SELECT q.qid FROM qone q WHERE EXISTS (SELECT 1 FROM notes n WHERE ai_if(q.question, n.body))"
+    got = {}
+    for sql in sqls + [inner, left, exists]:
         on, off = rows_with_rules(spark, sql, True), rows_with_rules(spark, sql, False)
         ours = multiset(random_model.sql(sql).collect())
         assert on == off == ours, f"{sql}: rules on {sorted(on)}, off {sorted(off)}, QuailSession {sorted(ours)}"
+        got[sql] = on
+    # the outer and semi joins (quail_match, each pair's template) agree with the inner join (Spark's pairs)
+    pairs = set(got[inner])
+    ids = {r[0] for r in spark.sql("SELECT id FROM notes").collect()}
+    assert set(got[left]) == pairs | {(i, None) for i in ids - {p[0] for p in pairs}} and pairs
+    assert set(got[exists]) == {(p[1],) for p in pairs}
     per_q = {r[0]: r[1] for r in random_model.sql(sqls[2]).collect()}
     assert per_q[3] == per_q[4] == 0 and per_q[1] + per_q[2] > 0, per_q  # NULL, blank: no row passes
 

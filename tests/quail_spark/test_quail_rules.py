@@ -84,6 +84,8 @@ RUNNABLE_CASES = [  # rules that run with the optimizer rules off too (Spark alo
      "SELECT n.id, t.tid FROM notes n FULL JOIN terms t ON ai_if('Does {0} mention {1}?', n.body, t.term)"),
     ("outer_join", "left_on_a_score",  # the scores per partner (quail_match_score), compared as written
      "SELECT n.id, t.tid FROM notes n LEFT JOIN terms t ON ai_score('Does {0} mention {1}?', n.body, t.term) > 0.3"),
+    ("outer_join", "left_on_a_template_column",  # each pair's template rides as quail_match's first list
+     "SELECT n.id, t.tid FROM notes n LEFT JOIN terms t ON ai_if(concat('Is {0} about ', t.term, '?'), n.body)"),
     ("ai_subquery", "not_exists",
      "SELECT t.tid FROM terms t WHERE NOT EXISTS (SELECT 1 FROM notes n WHERE n.kind = t.kind "
      "AND ai_if('Does {0} mention {1}?', n.body, t.term))"),
