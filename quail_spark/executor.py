@@ -225,8 +225,8 @@ def udf_match(conf, run, spec, *cols):
             for text, pairs in _groups(values[0]).items():
                 if not (text and text.strip()):
                     continue
-                part = evaluate(eng, Call(kind, text, len(cols) - 1), [[v[i] for i in pairs] for v in values[1:]],
-                                where=_where(fn, pairs, len(cols) - 1))
+                part = evaluate(eng, _call(fn, kind, text, len(cols) - 1, pairs),
+                                [[v[i] for i in pairs] for v in values[1:]], where=_where(fn, pairs, len(cols) - 1))
                 for i, x in zip(pairs, part):
                     got[i] = x
     else:
@@ -297,8 +297,6 @@ def _per_template(conf, run, kind: str, args) -> list:
 def _parsed(fn: str, args) -> list:
     """The calls of one AI function's Arrow arguments: (Call, rows, column values of those rows)
     per distinct template (and labels)."""
-    from gpu_worker.ai_calls import Call
-
     kind = _KINDS[fn]
     anchor = _anchor_arg(args) if kind != "classify" else None
     args = _strip_hint(args)
@@ -317,8 +315,18 @@ def _parsed(fn: str, args) -> list:
     _check_strings(fn, template, cols)
     values = [c.to_pylist() for c in cols]
     # a template read from a column may differ per row; a NULL, empty or blank one gives NULL (the NULL rule)
-    return [(Call(kind, text, len(cols), labs, anchor=anchor), rows, [[v[r] for r in rows] for v in values])
+    return [(_call(fn, kind, text, len(cols), rows, labs, anchor), rows, [[v[r] for r in rows] for v in values])
             for (text, labs), rows in _groups(template.to_pylist(), labels).items() if text and text.strip()]
+
+
+def _call(fn: str, kind: str, text: str, n_cols: int, rows, labels=(), anchor=None):
+    """The Call of a template; a template that does not fit its columns names the first row it came from."""
+    from gpu_worker.ai_calls import Call
+
+    try:
+        return Call(kind, text, n_cols, labels, anchor=anchor)
+    except ValueError as e:
+        raise ValueError(f"{_where(fn, rows, n_cols)(0)}: {e}") from None
 
 
 class _metered:

@@ -103,4 +103,6 @@ def test_sql_function_bodies_refuse_a_non_string_document():
                                         pa.array(["a", "b", "c", "d", "e"])])
     assert [(c.template, rows, vals) for c, rows, vals in groups] == [
         ("Is {0} old?", [2, 4], [["c", "e"]]), ("Is {0} new?", [3], [["d"]])]
+    with pytest.raises(ValueError, match=r"ai_if: row 1 of an Arrow batch of partition 0 .*\{1\}"):
+        executor._parsed("ai_if", [pa.array(["Is {0} old?", "Is {0} like {1}?"]), pa.array(["a", "b"])])
     executor._check_strings("ai_if", pa.array(["Is {0} old?"]), [pa.array([None], pa.null()), pa.array(["x"])])
