@@ -218,22 +218,13 @@ def udf_match(conf, run, spec, *cols):
     s = json.loads(spec[0].as_py())
     kind = s.get("kind", "if")
     fn = f"ai_{kind} (outer, semi or anti AI join, quail_match)"
-    values = [f.to_pylist() for f in flat]
-    if s.get("template_arg"):  # each pair's template comes first; NULL or blank gives NULL
-        got = [None] * len(values[0])
-        with _metered(conf, run) as eng:
-            for text, pairs in _groups(values[0]).items():
-                if not (text and text.strip()):
-                    continue
-                part = evaluate(eng, _call(fn, kind, text, len(cols) - 1, pairs),
-                                [[v[i] for i in pairs] for v in values[1:]], where=_where(fn, pairs, len(cols) - 1))
-                for i, x in zip(pairs, part):
-                    got[i] = x
+    if s.get("template_arg"):  # each pair's template comes first: the pairs read as a call's rows
+        got = _per_template(conf, run, kind, flat, shown_as=fn)
     else:
         call = Call(kind, s["template"], len(cols), anchor=s.get("anchor_arg"))
         pairs = list(range(len(flat[0])))
         with _metered(conf, run) as eng:
-            got = evaluate(eng, call, values, where=_where(fn, pairs, len(cols)))
+            got = evaluate(eng, call, [f.to_pylist() for f in flat], where=_where(fn, pairs, len(cols)))
     offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]), pa.int32())
     return pa.ListArray.from_arrays(offsets, pa.array(got, pa.float64() if kind == "score" else pa.bool_()))
 
@@ -281,22 +272,27 @@ EVAL_FIELDS = (("flags", "if", pa.bool_()), ("scores", "score", pa.float64()), (
 EVAL_TYPE = "struct<flags: array<boolean>, scores: array<double>, labels: array<string>>"
 
 
-def _per_template(conf, run, kind: str, args) -> list:
+def _per_template(conf, run, kind: str, args, shown_as: str | None = None) -> list:
+    """Per row, the answer of ``ai_<kind>(*args)``, rows grouped by template; ``shown_as`` names the call
+    in errors (default ``ai_<kind>``)."""
     from gpu_worker.ai_calls import evaluate
 
     out = [None] * len(args[0]) if args else []
     fn = f"ai_{kind}"
+    shown = shown_as or fn
     with _metered(conf, run) as eng:
-        for call, rows, values in _parsed(fn, args):
-            got = evaluate(eng, call, values, where=_where(fn, rows, call.n_cols))
+        for call, rows, values in _parsed(fn, args, shown):
+            got = evaluate(eng, call, values, where=_where(shown, rows, call.n_cols))
             for r, x in zip(rows, got):
                 out[r] = x
     return out
 
 
-def _parsed(fn: str, args) -> list:
+def _parsed(fn: str, args, shown_as: str | None = None) -> list:
     """The calls of one AI function's Arrow arguments: (Call, rows, column values of those rows)
-    per distinct template (and labels)."""
+    per distinct template (and labels); ``shown_as`` names the call in errors (default ``fn``)."""
+    from gpu_worker.ai_calls import is_null
+
     kind = _KINDS[fn]
     anchor = _anchor_arg(args) if kind != "classify" else None
     args = _strip_hint(args)
@@ -315,8 +311,9 @@ def _parsed(fn: str, args) -> list:
     _check_strings(fn, template, cols)
     values = [c.to_pylist() for c in cols]
     # a template read from a column may differ per row; a NULL, empty or blank one gives NULL (the NULL rule)
-    return [(_call(fn, kind, text, len(cols), rows, labs, anchor), rows, [[v[r] for r in rows] for v in values])
-            for (text, labs), rows in _groups(template.to_pylist(), labels).items() if text and text.strip()]
+    return [(_call(shown_as or fn, kind, text, len(cols), rows, labs, anchor), rows,
+             [[v[r] for r in rows] for v in values])
+            for (text, labs), rows in _groups(template.to_pylist(), labels).items() if not is_null(text)]
 
 
 def _call(fn: str, kind: str, text: str, n_cols: int, rows, labels=(), anchor=None):

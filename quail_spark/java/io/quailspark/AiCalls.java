@@ -64,6 +64,10 @@ final class AiCalls {
         return n.equals("ai_if") || n.equals("ai_filter");
     }
 
+    static boolean isScore(Expression e) {
+        return e instanceof PythonUDF && ((PythonUDF) e).name().equalsIgnoreCase("ai_score");
+    }
+
     static boolean isInternal(Expression e, String name) {
         return e instanceof PythonUDF && ((PythonUDF) e).name().equalsIgnoreCase(name);
     }
@@ -116,6 +120,11 @@ final class AiCalls {
             this.hints = hints;
             this.scoreOp = scoreOp;
             this.scoreBound = scoreBound;
+        }
+
+        /** Whether this and {@code o} are comparisons of the same ai_score call (two bounds of one range). */
+        boolean sameScore(Predicate o) {
+            return scoreOp != null && o.scoreOp != null && same(udf, o.udf);
         }
 
         /** The selectivity hint, else the default (written once, in AiCost). */
@@ -174,26 +183,38 @@ final class AiCalls {
 
     /** An ai_score call with a literal template, as a predicate (no bound), else null. */
     static Predicate score(Expression e) {
-        return e instanceof PythonUDF && ((PythonUDF) e).name().equalsIgnoreCase("ai_score")
-            ? parsed((PythonUDF) e) : null;
+        return isScore(e) ? parsed((PythonUDF) e) : null;
+    }
+
+    /**
+     * The template and document columns of an ai_if / ai_filter / ai_score whose template is an
+     * expression (a column of questions: each row its own), a literal hint dropped; else null.
+     */
+    static List<Expression> rowTemplate(Expression e) {
+        if (!isPredicate(e) && !isScore(e)) return null;
+        List<Expression> args = withoutHint((PythonUDF) e);
+        if (args == null || args.size() < 2 || args.get(0).foldable()
+            || !(args.get(0).dataType() instanceof StringType)) return null;
+        return args;
     }
 
     private static Predicate parsed(PythonUDF udf) {
-        List<Expression> args = CollectionConverters.asJava(udf.children());
-        if (args.size() < 2 || !args.get(0).foldable() || !(args.get(0).dataType() instanceof StringType)) return null;
+        List<Expression> args = withoutHint(udf);
+        if (args == null || args.size() < 2 || !args.get(0).foldable()
+            || !(args.get(0).dataType() instanceof StringType)) return null;
         Object t = args.get(0).eval(null);
         if (t == null) return null;
-        Map<String, String> hints = new LinkedHashMap<>();
-        int end = args.size();
-        Expression last = args.get(end - 1);
-        if (isHint(last.dataType())) {
-            if (!last.foldable()) return null;
-            hints = hints(last);
-            end -= 1;
+        return new Predicate(udf, t.toString(), new ArrayList<>(args.subList(1, args.size())), hintsOf(udf));
+    }
+
+    /** A call's arguments without its hint (a map or struct last); null when that hint is not a literal. */
+    private static List<Expression> withoutHint(PythonUDF udf) {
+        List<Expression> args = new ArrayList<>(CollectionConverters.asJava(udf.children()));
+        if (!args.isEmpty() && isHint(args.get(args.size() - 1).dataType())) {
+            if (!args.get(args.size() - 1).foldable()) return null;
+            args.remove(args.size() - 1);
         }
-        List<Expression> cols = new ArrayList<>(args.subList(1, end));
-        if (cols.isEmpty()) return null;
-        return new Predicate(udf, t.toString(), cols, hints);
+        return args;
     }
 
     /** The hints of any AI call (its foldable last argument when that is a map or struct), else empty. */

@@ -177,25 +177,8 @@ final class PartnerMatch {
         return !e.references().isEmpty() && e.references().subsetOf(side);
     }
 
-    /**
-     * The arguments of an ai_if / ai_filter / ai_score whose template is an expression (a column of
-     * questions, each row its own): template, then the document columns (a literal hint dropped); else null.
-     */
-    static List<Expression> rowTemplate(Expression x) {
-        if (!(x instanceof PythonUDF) || AiCalls.predicate(x) != null || AiCalls.score(x) != null) return null;
-        String n = ((PythonUDF) x).name().toLowerCase(java.util.Locale.ROOT);
-        if (!(n.equals("ai_if") || n.equals("ai_filter") || n.equals("ai_score"))) return null;
-        List<Expression> args = new ArrayList<>(CollectionConverters.asJava(((PythonUDF) x).children()));
-        if (!args.isEmpty() && AiCalls.isHint(args.get(args.size() - 1).dataType())) {
-            if (!args.get(args.size() - 1).foldable()) return null;
-            args.remove(args.size() - 1);
-        }
-        if (args.size() < 2 || args.get(0).foldable() || !(args.get(0).dataType() instanceof StringType)) return null;
-        return args;
-    }
-
     /** The AI calls of the conjuncts, each an ai_if / ai_filter / ai_score (a literal template, or each
-     *  row's, see {@link #rowTemplate}); else null. */
+     *  row's, see {@link AiCalls#rowTemplate}); else null. */
     private static List<PythonUDF> aiCalls(List<Expression> conjuncts) {
         List<PythonUDF> out = new ArrayList<>();
         boolean[] ok = {true};
@@ -204,7 +187,7 @@ final class PartnerMatch {
                 @Override
                 public scala.runtime.BoxedUnit apply(Expression x) {
                     if (AiCalls.isAi(x)) {
-                        if (AiCalls.predicate(x) == null && AiCalls.score(x) == null && rowTemplate(x) == null) {
+                        if (AiCalls.predicate(x) == null && AiCalls.score(x) == null && AiCalls.rowTemplate(x) == null) {
                             ok[0] = false;
                         }
                         else if (out.stream().noneMatch(y -> AiCalls.same(x, y))) out.add((PythonUDF) x);
@@ -222,24 +205,22 @@ final class PartnerMatch {
      */
     private static Expression matchCall(SparkSession session, PythonUDF call, Attribute parts, List<Attribute> q,
                                         DataType elem) {
-        AiCalls.Predicate p = AiCalls.predicate(call);
-        boolean score = p == null && (AiCalls.score(call) != null || call.name().equalsIgnoreCase("ai_score"));
-        List<Expression> perRow = rowTemplate(call);
-        if (perRow != null) {  // the template is one more per-pair argument, first
-            List<Expression> args = new ArrayList<>();
-            args.add(AiCalls.literal("{\"template_arg\": true" + (score ? ", \"kind\": \"score\"" : "") + "}"));
-            for (Expression col : perRow) {
-                if (!(col.dataType() instanceof StringType)) return null;
-                args.add(new ArrayTransform(parts, lambda(col, q, elem, null)));
-            }
-            return AiCalls.call(session, score ? AiCalls.MATCH_SCORE : AiCalls.MATCH, args);
-        }
-        if (score) p = AiCalls.score(call);
-        List<Expression> args = new ArrayList<>();
-        String anchor = p.anchorArg() == null ? "" : ", \"anchor_arg\": " + p.anchorArg();
+        boolean score = AiCalls.isScore(call);
+        AiCalls.Predicate p = score ? AiCalls.score(call) : AiCalls.predicate(call);
         String kind = score ? ", \"kind\": \"score\"" : "";
-        args.add(AiCalls.literal("{\"template\": " + AiCalls.json(p.template) + anchor + kind + "}"));
-        for (Expression col : p.columns) {
+        List<Expression> cols;
+        String spec;
+        if (p == null) {  // each row's template, read from a column: one more per-pair list, first
+            cols = AiCalls.rowTemplate(call);
+            spec = "{\"template_arg\": true" + kind + "}";
+        } else {
+            cols = p.columns;
+            String anchor = p.anchorArg() == null ? "" : ", \"anchor_arg\": " + p.anchorArg();
+            spec = "{\"template\": " + AiCalls.json(p.template) + anchor + kind + "}";
+        }
+        List<Expression> args = new ArrayList<>();
+        args.add(AiCalls.literal(spec));
+        for (Expression col : cols) {
             if (!(col.dataType() instanceof StringType)) return null;
             args.add(new ArrayTransform(parts, lambda(col, q, elem, null)));
         }

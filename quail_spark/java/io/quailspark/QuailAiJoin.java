@@ -81,7 +81,7 @@ public class QuailAiJoin extends AiRule {
                 : "[\"" + p.scoreOp + "\", " + p.scoreBound + "]";
             int same = -1;  // the same ai_score compared twice (BETWEEN, a range): one call checks both
             for (int k = 0; k < preds.size() && bound != null && same < 0; k++) {
-                if (preds.get(k).scoreOp != null && preds.get(k).udf.semanticEquals(p.udf)) same = k;
+                if (preds.get(k).sameScore(p)) same = k;
             }
             if (same >= 0) {
                 bounds.get(same).add(bound);

@@ -71,7 +71,7 @@ public class QuailAiJoinOrder extends AiRule {
             if (ai == null) ai = AiCalls.scoreCompared(c);  // ai_score(...) > x and the like join as ai_if does
             if (ai != null && ai.columns.size() == 2 && refs.length == 2) {
                 if (ai.hints.containsKey(FIELD)) return p;  // already ordered
-                Edge same = ai.scoreOp == null ? null : sameScore(edges, ai);
+                Edge same = sameScore(edges, ai);
                 if (same != null) {  // a second bound on one score (BETWEEN): one edge, one evaluation
                     same.also.add(c);
                     continue;
@@ -153,7 +153,7 @@ public class QuailAiJoinOrder extends AiRule {
     /** The edge whose predicate compares the same ai_score call as {@code p}, else null. */
     private static Edge sameScore(List<Edge> edges, AiCalls.Predicate p) {
         for (Edge e : edges) {
-            if (e.p.scoreOp != null && e.p.udf.semanticEquals(p.udf)) return e;
+            if (e.p.sameScore(p)) return e;
         }
         return null;
     }
