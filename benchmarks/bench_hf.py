@@ -36,7 +36,7 @@ def hf_model(eng):
     for i, layer in enumerate(body.layers):
         p = f"model.layers.{i}."
         q, k, v = layer.self_attn.qkv_weight.split([nq * hd, nkv * hd, nkv * hd])
-        g, u = layer.mlp.gate_up_weight.chunk(2)
+        g, u = layer.mlp.gate_up_stacked().chunk(2)
         state.update({p + "self_attn.q_proj.weight": q, p + "self_attn.k_proj.weight": k,
                       p + "self_attn.v_proj.weight": v, p + "self_attn.o_proj.weight": layer.self_attn.o_proj.weight,
                       p + "mlp.gate_proj.weight": g, p + "mlp.up_proj.weight": u,

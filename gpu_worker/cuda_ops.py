@@ -348,7 +348,17 @@ class CudaOps:
             return TorchOps.silu_and_mul(gate_up, quant)
         return self.kernels.silu_and_mul_fp8(gate_up) if quant else self.kernels.silu_and_mul(gate_up)
 
-    def swiglu(self, x, gate_up):
+    def pack_gate_up(self, weight):
+        """(weight, block): the MLP's [gate; up] weight interleaved for the fused SwiGLU GEMM where it runs
+        (quail_kernels.gemm_swiglu: Hopper or later, or Triton's interpreter), else as it is with block 0."""
+        block = self.kernels.gate_up_block(weight) if self.kernels is not None else 0
+        return (self.kernels.interleave_gate_up(weight, block), block) if block else (weight, 0)
+
+    def swiglu(self, x, gate_up, block: int = 0):
+        """silu(x @ gate.T) * (x @ up.T): in one GEMM with the activation in its epilogue when `gate_up` was
+        interleaved by `pack_gate_up` (block > 0), else cuBLAS and the SiLU-and-mul kernel."""
+        if block:
+            return self.kernels.gemm_swiglu(x, gate_up, block)
         return self.silu_and_mul(self.linear(x, gate_up))
 
     def quant_rows(self, x):

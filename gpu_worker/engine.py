@@ -76,6 +76,8 @@ class Engine:
             model.prepare(self.renderer.answers.head_ids, self.rt.max_position, self.rt.device)
             if cfg.quantize == "fp8":
                 model.quantize_fp8(keep=False)
+            else:
+                model.pack(self.rt.ops)
             self.model = model
             self.rt.size_pool(src.config, sum(t.numel() * t.element_size() for t in model.state_dict().values()))
             kv = KVCache(src.config.num_layers, self.rt.kv_slots, src.config.num_kv_heads,

@@ -98,7 +98,14 @@ class TorchOps:
         return quant_rows(y) if quant else y
 
     @staticmethod
-    def swiglu(x, gate_up):
+    def pack_gate_up(weight):
+        """The MLP's [gate; up] weight as `swiglu` reads it: as it is (block 0)."""
+        return weight, 0
+
+    @staticmethod
+    def swiglu(x, gate_up, block: int = 0):
+        if block:
+            raise ValueError(f"gate_up: interleaved in blocks of {block} rows, which only CudaOps reads")
         return swiglu(x, gate_up)
 
     @staticmethod

@@ -34,6 +34,7 @@ except ImportError:  # CPU-only install
 
 if _triton is not None:
     from quail_kernels.seg_attention import seg_attention, seg_attention_ref
+    from quail_kernels.gemm_swiglu import gate_up_block, gemm_swiglu, gemm_swiglu_ref, interleave_gate_up
     from quail_kernels.fp8 import fused_add_rmsnorm_fp8, quant_rows, quant_rows_ref, rmsnorm_fp8, silu_and_mul_fp8
     from quail_kernels.lse_merge import merge_attn, merge_attn_ref
     from quail_kernels.rmsnorm import fused_add_rmsnorm, fused_add_rmsnorm_ref, rmsnorm, rmsnorm_ref
@@ -47,6 +48,7 @@ if _triton is not None:
         "rmsnorm", "rmsnorm_ref", "fused_add_rmsnorm", "fused_add_rmsnorm_ref",
         "qk_norm_rope", "qk_norm_rope_ref",
         "silu_and_mul", "silu_and_mul_ref",
+        "gemm_swiglu", "gemm_swiglu_ref", "gate_up_block", "interleave_gate_up",
         "merge_attn", "merge_attn_ref",
         "seg_attention", "seg_attention_ref", "varlen_attention", "varlen_attention_ref",
         "quant_rows", "quant_rows_ref", "rmsnorm_fp8", "fused_add_rmsnorm_fp8", "silu_and_mul_fp8",

@@ -83,18 +83,31 @@ class MLP(nn.Module):
         self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
         self.gate_up_weight: torch.Tensor | None = None
+        self.gate_up_block = 0  # 0: gate_up_weight is [gate; up]; n: its rows interleaved in blocks of n (ops.pack_gate_up)
         self.gate_up_fp8 = self.down_fp8 = None
 
     def fuse(self):
         self.gate_up_weight = torch.cat([self.gate_proj.weight, self.up_proj.weight]).contiguous()
         del self.gate_proj, self.up_proj
 
+    def pack(self, ops):
+        """The gate/up weight in the layout `ops.swiglu` reads fastest (after `fuse`)."""
+        self.gate_up_weight, self.gate_up_block = ops.pack_gate_up(self.gate_up_stacked())
+
+    def gate_up_stacked(self) -> torch.Tensor:
+        """[gate; up] whatever the layout `pack` chose."""
+        if not self.gate_up_block:
+            return self.gate_up_weight
+        from quail_kernels.gemm_swiglu import deinterleave_gate_up
+
+        return deinterleave_gate_up(self.gate_up_weight, self.gate_up_block)
+
     def forward(self, x, ops, fp8: bool = False):
         if fp8:
             dtype = self.down_proj.weight.dtype
             gate_up = project(x, None, self.gate_up_fp8, dtype, ops)
             return project(ops.silu_and_mul(gate_up, quant=True), None, self.down_fp8, dtype, ops)
-        return ops.linear(ops.swiglu(x, self.gate_up_weight), self.down_proj.weight)
+        return ops.linear(ops.swiglu(x, self.gate_up_weight, self.gate_up_block), self.down_proj.weight)
 
 
 class DecoderLayer(nn.Module):
@@ -142,6 +155,12 @@ class DecoderLM(nn.Module):
             del self.lm_head
         self.rope = rope_table(self.cfg.head_dim, self.cfg.rope_theta, max_position, device)
 
+    def pack(self, ops):
+        """Weights in the layouts `ops` reads fastest (after `prepare`; the MLP's gate/up on a GPU with the
+        fused SwiGLU GEMM, quail_kernels/gemm_swiglu.py)."""
+        for layer in self.model.layers:
+            layer.mlp.pack(ops)
+
     @torch.no_grad()
     def quantize_fp8(self, keep: bool = False):
         """Projection weights to float8 e4m3 with per-output-row scales; the forward then runs them
@@ -150,7 +169,7 @@ class DecoderLM(nn.Module):
         for layer in self.model.layers:
             at, mlp = layer.self_attn, layer.mlp
             at.qkv_fp8, at.o_fp8 = quantize_weight(at.qkv_weight), quantize_weight(at.o_proj.weight)
-            mlp.gate_up_fp8, mlp.down_fp8 = quantize_weight(mlp.gate_up_weight), quantize_weight(mlp.down_proj.weight)
+            mlp.gate_up_fp8, mlp.down_fp8 = quantize_weight(mlp.gate_up_stacked()), quantize_weight(mlp.down_proj.weight)
             if not keep:  # only the dtype is read from these from now on
                 at.qkv_weight = mlp.gate_up_weight = None
                 at.o_proj.weight = nn.Parameter(at.o_proj.weight.new_empty(0), requires_grad=False)

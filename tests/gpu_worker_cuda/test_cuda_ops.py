@@ -243,6 +243,8 @@ def test_engine_with_cuda_ops_matches_torch_ops(ctx_attn):
     eng = Engine(EngineConfig(model=model, device=DEVICE, dtype="float32", token_budget=512))
     if not CUDA:
         eng.runner.ops = eng.rt.ops = CudaOps(use_triton=True, self_attn="triton", ctx_attn=ctx_attn)
+        eng.model.pack(eng.rt.ops)  # the MLP's gate/up interleaved: the fused SwiGLU GEMM in the interpreter
+        assert all(layer.mlp.gate_up_block for layer in eng.model.model.layers)
     head, tail = ref.renderer.filter_parts("Is it about fruit?")
     _, tail2 = ref.renderer.filter_parts("Is it long?")
     jh, jm, jp = ref.renderer.join_parts("Does 1 mention 2?")
@@ -254,6 +256,32 @@ def test_engine_with_cuda_ops_matches_torch_ops(ctx_attn):
     got = eng._margins(eng._run(reqs))
     assert eng.stats["fresh_tokens"] < eng.stats["requested_tokens"]  # contexts were reused
     np.testing.assert_allclose(got, want, atol=2e-2 if CUDA else 1e-3)
+
+
+@needs_cuda
+def test_fused_swiglu_gives_the_margins_of_cublas_and_silu():
+    """bf16 on a Hopper GPU: the MLP through the fused SwiGLU GEMM (the engine's default there) gives the
+    margins of cuBLAS's gate/up product followed by the SiLU-and-mul kernel, on fresh KV each way."""
+    rng = np.random.default_rng(4)
+    docs = [rng.integers(20, 49000, int(n)).tolist() for n in rng.integers(30, 300, 40)]
+    eng = Engine(EngineConfig(model="tiny-qwen3-random", device="cuda", dtype="bfloat16"))
+    mlps = [layer.mlp for layer in eng.model.model.layers]
+    if torch.cuda.get_device_capability()[0] < 9:
+        assert not any(m.gate_up_block for m in mlps)
+        pytest.skip("no tensor descriptors before Hopper: cuBLAS and the SiLU-and-mul kernel")
+    assert all(m.gate_up_block for m in mlps)
+    head, tail = eng.renderer.filter_parts("Is it about fruit?")
+    reqs = [(head + d, tail) for d in docs]
+    fused = eng._margins(eng._run(reqs))
+    for m in mlps:
+        m.gate_up_weight, m.gate_up_block = m.gate_up_stacked(), 0
+    eng._new_tree()
+    eng.reset_stats()
+    plain = eng._margins(eng._run(reqs))
+    assert eng.stats["fresh_tokens"] > sum(len(d) for d in docs)  # recomputed, not read from the first run's KV
+    np.testing.assert_allclose(fused, plain, atol=0.05 * max(1.0, float(np.abs(plain).max())))
+    big = np.abs(plain) > 0.1
+    assert (np.sign(fused[big]) == np.sign(plain[big])).mean() >= 0.95
 
 
 @needs_cuda
