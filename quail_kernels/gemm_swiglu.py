@@ -9,9 +9,10 @@ dtype before the product. Persistent programs (one per multiprocessor) walk the 
 groups of GROUP_M row blocks, so a group's weight blocks stay in L2; operands come through tensor
 descriptors (the bulk copy engine; Hopper and later, or Triton's interpreter).
 
-H200, a 32,768-row pass of Qwen3-4B (K = 2,560, F = 9,728, bf16): 4.82 ms against 5.13 ms for
-cuBLAS's product (4.77 ms) and the separate SiLU-and-mul kernel; 1.52 ms against 1.67 ms at
-10,240 rows (benchmarks/probes/gemm_swiglu_probe.py, probes/results/h200_e48c12d/).
+H200, a 32,768-row pass of Qwen3-4B (K = 2,560, F = 9,728, bf16): 4.76 ms against 5.27 ms for
+cuBLAS's product (4.83 ms) and the separate SiLU-and-mul kernel; 1.52 ms against 1.67 ms at
+10,240 rows (benchmarks/probes/gemm_swiglu_probe.py, probes/results/h200_40e8010/); FILTER 2,048 x 300
+words 7.63-7.76 s against 7.89-7.94 s, alternating in one process (probes/swiglu_ab.py).
 """
 
 from __future__ import annotations
@@ -24,12 +25,14 @@ from quail_kernels._util import check_device, check_tensor, interpreter_active
 
 # launch on CUDA: rows per tile, product columns per tile (2 * block: `block` gate + `block` up), inner
 # steps, pipeline depth, warps, row blocks per group
-GPU_CONFIG = {"block_m": 128, "block": 128, "block_k": 64, "num_stages": 3, "num_warps": 8, "group_m": 8}
+GPU_CONFIG = {"block_m": 128, "block": 128, "block_k": 64, "num_stages": 3, "num_warps": 8, "group_m": 16}
+# smaller blocks where F is not a multiple of GPU_CONFIG's (tiles of 2 * block product columns)
+GPU_BLOCKS = (128, 64, 32)
 # Triton's interpreter (tests on the CPU): small tiles, the same program
 CPU_CONFIG = {"block_m": 32, "block": 32, "block_k": 32, "num_stages": 1, "num_warps": 4, "group_m": 4}
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["M"])  # every pass has its own row count: one compiled kernel for all of them
 def _gemm_swiglu_kernel(a_desc, b_desc, c_desc, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                         BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
                         UPCAST: tl.constexpr):
@@ -58,8 +61,8 @@ def _gemm_swiglu_kernel(a_desc, b_desc, c_desc, M, N, K, BLOCK_M: tl.constexpr, 
 
 def gate_up_block(weight: torch.Tensor) -> int:
     """Rows per interleaved block for `weight` ([2F, K]) on its device, or 0 where the fused kernel does
-    not run there: no tensor descriptors before Hopper (compute capability 9), F not a multiple of the
-    block, rows of K elements not 16-byte aligned (the bulk copy engine's unit)."""
+    not run there: no tensor descriptors before Hopper (compute capability 9), F not a multiple of any
+    block (GPU_BLOCKS), rows of K elements not 16-byte aligned (the bulk copy engine's unit)."""
     if weight.dim() != 2 or weight.dtype not in (torch.bfloat16, torch.float16, torch.float32):
         return 0
     if weight.device.type == "cuda":
@@ -67,15 +70,15 @@ def gate_up_block(weight: torch.Tensor) -> int:
             return 0
         if weight.dtype == torch.float32:  # tf32 products: not the float32 the engine promises there
             return 0
-        block = GPU_CONFIG["block"]
+        blocks = GPU_BLOCKS
     elif interpreter_active():
-        block = CPU_CONFIG["block"]
+        blocks = (CPU_CONFIG["block"],)
     else:
         return 0
     two_f, k = weight.shape
-    if two_f % (2 * block) or (k * weight.element_size()) % 16:
+    if (k * weight.element_size()) % 16:
         return 0
-    return block
+    return next((b for b in blocks if two_f % (2 * b) == 0), 0)
 
 
 def interleave_gate_up(weight: torch.Tensor, block: int) -> torch.Tensor:

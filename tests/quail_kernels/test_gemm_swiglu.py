@@ -54,12 +54,15 @@ def _check(got, want, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).split(".")[-1])
-@pytest.mark.parametrize("T,K,F", [(1, 64, BLOCK), (37, 64, 3 * BLOCK), (130, 96, 2 * BLOCK), (300, 40, BLOCK)])
+@pytest.mark.parametrize("T,K,F", [(1, 64, BLOCK), (37, 64, 3 * BLOCK), (130, 96, 2 * BLOCK), (300, 40, BLOCK),
+                                   (50, 64, 96)])
 def test_matches_the_stacked_weight_in_float32(T, K, F, dtype):
     """Rows not a multiple of the tile, K not a multiple of the inner step (40: zero-filled by the
-    descriptors), several output blocks."""
+    descriptors), several output blocks, F = 96 (the block gate_up_block picks for it)."""
     x, w = _case(T, K, F, dtype)
-    _check(gemm_swiglu(x, interleave_gate_up(w, BLOCK), BLOCK), gemm_swiglu_ref(x, w), dtype)
+    block = gate_up_block(w)
+    assert block
+    _check(gemm_swiglu(x, interleave_gate_up(w, block), block), gemm_swiglu_ref(x, w), dtype)
 
 
 @pytest.mark.skipif(DEVICE != "cpu", reason="the GPU runs its own launch in the test above")
@@ -91,6 +94,8 @@ def test_block_rules():
     dtype = DTYPES[-1]
     assert gate_up_block(torch.zeros(2 * BLOCK, 64, dtype=dtype, device=DEVICE)) == BLOCK
     assert gate_up_block(torch.zeros(2 * BLOCK + 2, 64, dtype=dtype, device=DEVICE)) == 0  # F not a multiple
+    if DEVICE == "cuda":  # a smaller block where F is not a multiple of the largest
+        assert gate_up_block(torch.zeros(2 * 96, 64, dtype=dtype, device=DEVICE)) == 32
     assert gate_up_block(torch.zeros(2 * BLOCK, 63, dtype=dtype, device=DEVICE)) == 0  # rows not 16-byte aligned
     assert gate_up_block(torch.zeros(2 * BLOCK, 64, dtype=torch.float64, device=DEVICE)) == 0
     if DEVICE == "cuda":  # float32 would take tf32 products
