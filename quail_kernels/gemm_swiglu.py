@@ -123,7 +123,8 @@ def gemm_swiglu(x: torch.Tensor, weight: torch.Tensor, block: int, config: dict 
     out = torch.empty((T, two_f // 2), dtype=x.dtype, device=x.device)
     if T == 0:
         return out
-    x = x if x.is_contiguous() else x.contiguous()
+    if not x.is_contiguous() or x.data_ptr() % 16:  # descriptors read from 16-byte aligned rows
+        x = x.clone(memory_format=torch.contiguous_format)
     c = dict(CPU_CONFIG if x.device.type == "cpu" else GPU_CONFIG, **(config or {}))
     bm, bn, bk = c["block_m"], 2 * block, c["block_k"]
     from triton.tools.tensor_descriptor import TensorDescriptor

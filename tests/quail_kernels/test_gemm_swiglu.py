@@ -74,6 +74,18 @@ def test_the_engines_gpu_launch_in_the_interpreter():
     _check(got, gemm_swiglu_ref(x, w), torch.float32)
 
 
+def test_a_view_that_is_not_aligned_or_contiguous():
+    """x starting 3 elements into its storage (not 16-byte aligned), and x as every other row."""
+    dtype = DTYPES[-1]
+    x, w = _case(20, 64, BLOCK, dtype)
+    buf = torch.zeros(3 + x.numel(), dtype=dtype, device=DEVICE)
+    buf[3:] = x.reshape(-1)
+    shifted = buf[3:].view(20, 64)
+    w_il = interleave_gate_up(w, BLOCK)
+    _check(gemm_swiglu(shifted, w_il, BLOCK), gemm_swiglu_ref(x, w), dtype)
+    _check(gemm_swiglu(x[::2], w_il, BLOCK), gemm_swiglu_ref(x[::2], w), dtype)
+
+
 def test_no_rows_gives_no_rows():
     x, w = _case(0, 64, BLOCK, DTYPES[-1])
     out = gemm_swiglu(x, interleave_gate_up(w, BLOCK), BLOCK)
