@@ -1,6 +1,7 @@
 """Documents in chunks of a few passes' tokens, the next chunk tokenized on a helper thread meanwhile."""
 from __future__ import annotations
 
+import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
@@ -12,6 +13,20 @@ CHUNK_TOKENS_PER_BUDGET = (2, 16)  # documents run in chunks of ~2 passes' token
 # (passes.IN_FLIGHT), or the device idles at every chunk boundary
 MAX_CHUNK_REQUESTS = 12288
 CHARS_PER_TOKEN = 4  # to size a chunk before it is tokenized
+
+
+def leave_a_core() -> None:
+    """The Rust tokenizer's threads (rayon's pool, one per core unless RAYON_NUM_THREADS says otherwise) on
+    all cores but one, so the thread launching the device's work is not preempted while the next chunk is
+    tokenized (on a 2-core machine, a launching loop stalled 208 ms over a 0.68 s tokenization with the
+    pool on both cores, 29 ms with it on one: benchmarks/probes/tokenize_contention.py). The pool reads
+    the variable when it starts, at the process's first parallel tokenization: set here only when the user
+    has not set it."""
+    if "RAYON_NUM_THREADS" in os.environ or "RAYON_RS_NUM_CPUS" in os.environ:
+        return
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if cores > 1:
+        os.environ["RAYON_NUM_THREADS"] = str(cores - 1)
 
 
 class DocumentChunks:

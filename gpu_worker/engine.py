@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from . import weights
-from .chunks import DocumentChunks
+from .chunks import DocumentChunks, leave_a_core
 from .config import EngineConfig
 from .fitting import RequestFitter
 from .passes import TREE_COUNTERS, Passes, collector_paused
@@ -60,6 +60,7 @@ class Engine:
 
     def __init__(self, config: EngineConfig | None = None, **kw):
         self._lock = threading.RLock()
+        leave_a_core()  # before the tokenizer starts its threads
         cfg = config or EngineConfig(**kw)
         if config is not None and kw:
             cfg = cfg.replace(**kw)

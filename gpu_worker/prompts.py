@@ -27,6 +27,7 @@ FALSE_WORDS = ("No", " No", "no", " no", "NO", "False", " False", "false", "FALS
 LETTERS = string.ascii_uppercase
 CUE = "\nAnswer Yes or No."
 SEGMENT_CACHE = 4096  # distinct segments kept tokenized
+ENCODE_BATCH = 128  # documents per call of the Rust tokenizer (encode_docs)
 
 
 class PromptTooLong(ValueError):
@@ -139,7 +140,11 @@ class PromptRenderer:
                 self._docs_tok = False
         if self._docs_tok is False:
             return [list(x) for x in self.tok(texts, add_special_tokens=False, split_special_tokens=True)["input_ids"]]
-        return [e.ids for e in self._docs_tok.encode_batch(texts, add_special_tokens=False)]
+        # in batches: the Rust call hands its results to Python in one step that holds the GIL (~20 us a
+        # document), so a thread launching the device's work meanwhile waits at most one batch's worth
+        n = ENCODE_BATCH
+        return [e.ids for i in range(0, len(texts), n)
+                for e in self._docs_tok.encode_batch(texts[i:i + n], add_special_tokens=False)]
 
     def _single(self, words) -> list[int]:
         out = []

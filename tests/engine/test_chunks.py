@@ -145,3 +145,27 @@ def test_an_error_in_a_later_chunk_of_a_join_leaves_nothing_running(eng256):
     again = eng.join(anchors[-2::-1], partners[::-1], JQ)
     fresh = Engine(EngineConfig(model=MODEL, token_budget=4096))
     assert np.allclose(again, fresh.join(anchors[-2::-1], partners[::-1], JQ), atol=1e-5)
+
+
+def _rayon_env_after_engine(env_extra: dict) -> str:
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("RAYON_NUM_THREADS", "RAYON_RS_NUM_CPUS")}
+    env.update(env_extra)
+    code = ("import os; from gpu_worker import Engine, EngineConfig; "
+            "Engine(EngineConfig(model='tiny-llama-random', device='cpu', dtype='float32')); "
+            "print(os.environ.get('RAYON_NUM_THREADS'))")
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          check=True).stdout.strip().splitlines()[-1]
+
+
+def test_the_tokenizer_leaves_a_core_to_the_launching_thread():
+    """An engine caps the Rust tokenizer's threads at the cores but one (unless the user chose a number),
+    so tokenizing the next chunk does not preempt the thread launching the device's work."""
+    import os
+
+    cores = len(os.sched_getaffinity(0))
+    assert _rayon_env_after_engine({}) == (str(cores - 1) if cores > 1 else "None")
+    assert _rayon_env_after_engine({"RAYON_NUM_THREADS": "7"}) == "7"

@@ -87,3 +87,15 @@ def test_truncate_cuts_the_document_never_the_question():
 def test_question_must_be_text(tiny):
     with pytest.raises(TypeError, match=r"questions\[1\] must be a string"):
         tiny.filter(["a"], ["ok?", 3])
+
+
+def test_documents_tokenized_in_batches_match_one_at_a_time(tiny):
+    """encode_batch calls the Rust tokenizer ENCODE_BATCH documents at a time: the ids, their order and the
+    NULL / empty entries are those of one document at a time."""
+    from gpu_worker.prompts import ENCODE_BATCH
+
+    texts = [None if i % 37 == 5 else ("" if i % 41 == 3 else f"doc {i}: " + "word " * (i % 9)) for i in
+             range(2 * ENCODE_BATCH + 17)]
+    got = tiny.renderer.encode_batch(texts)
+    want = [None if t is None else tiny.renderer.encode_docs([t])[0] if t else [] for t in texts]
+    assert got == want and len(got) == len(texts)
