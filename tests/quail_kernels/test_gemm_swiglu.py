@@ -28,7 +28,7 @@ HOPPER = DEVICE == "cuda" and torch.cuda.get_device_capability()[0] >= 9
 if DEVICE == "cuda" and not HOPPER:
     pytest.skip("the fused SwiGLU GEMM reads through tensor descriptors: Hopper or later", allow_module_level=True)
 BLOCK = CPU_CONFIG["block"] if DEVICE == "cpu" else GPU_CONFIG["block"]
-DTYPES = [torch.bfloat16] if DEVICE == "cuda" else [torch.float32, torch.bfloat16]
+DTYPES = [torch.float16, torch.bfloat16] if DEVICE == "cuda" else [torch.float32, torch.float16, torch.bfloat16]
 
 
 @pytest.fixture(autouse=True)
