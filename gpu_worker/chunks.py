@@ -20,9 +20,8 @@ def leave_a_core() -> None:
     all cores but one, so the thread launching the device's work is not preempted while the next chunk is
     tokenized (on a 2-core machine, a loop of small torch ops stalled 236 ms in all over a 0.73 s
     tokenization with the pool on both cores, 24 ms with it on one: benchmarks/probes/tokenize_contention.py,
-    probes/results/tokenize_contention_9a7214d.json). The pool reads
-    the variable when it starts, at the process's first parallel tokenization: set here only when the user
-    has not set it."""
+    probes/results/tokenize_contention_9a7214d.json). The pool reads the variable when it starts, at the
+    process's first parallel tokenization: set here only when the user has not set it."""
     if "RAYON_NUM_THREADS" in os.environ or "RAYON_RS_NUM_CPUS" in os.environ:
         return
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)

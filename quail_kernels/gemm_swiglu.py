@@ -136,8 +136,7 @@ def gemm_swiglu(x: torch.Tensor, weight: torch.Tensor, block: int, config: dict 
     n_prog = min(_programs(x.device), tiles)
     _gemm_swiglu_kernel[(n_prog,)](a_d, b_d, c_d, T, two_f, K, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
                                    GROUP_M=c["group_m"], NUM_PROGRAMS=n_prog, UPCAST=x.device.type == "cpu",
-                                   num_warps=c["num_warps"],
-                                   num_stages=c["num_stages"])
+                                   num_warps=c["num_warps"], num_stages=c["num_stages"])
     return out
 
 
