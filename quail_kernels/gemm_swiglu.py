@@ -132,8 +132,9 @@ def gemm_swiglu(x: torch.Tensor, weight: torch.Tensor, block: int, config: dict 
     a_d = TensorDescriptor.from_tensor(x, [bm, bk])
     b_d = TensorDescriptor.from_tensor(weight, [bn, bk])
     c_d = TensorDescriptor.from_tensor(out, [bm, block])
-    tiles = triton.cdiv(T, bm) * (two_f // bn)
-    n_prog = min(_programs(x.device), tiles)
+    # one program per multiprocessor, whatever the tiles: a program with no tile returns at once, and the
+    # program count (a compile-time constant of the loop) stays one value per device, not one per small pass
+    n_prog = _programs(x.device)
     _gemm_swiglu_kernel[(n_prog,)](a_d, b_d, c_d, T, two_f, K, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
                                    GROUP_M=c["group_m"], NUM_PROGRAMS=n_prog, UPCAST=x.device.type == "cpu",
                                    num_warps=c["num_warps"], num_stages=c["num_stages"])
