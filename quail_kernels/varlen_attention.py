@@ -22,41 +22,14 @@ import triton.language as tl
 from quail_kernels._util import check_device, check_tensor
 
 LOG2E = 1.4426950408889634
-# whole key blocks that every row of a program sees run without masks (`launch["split"]` overrides)
-SPLIT_BLOCKS = True
 
 
 @triton.jit
-def _attend_full(q, acc, m_i, l_i, k_ptr, v_ptr, k_lo, n_blocks, kvh, s_kt, s_kh, s_vt, s_vh, qk_scale,
-                 BLOCK_N: tl.constexpr, D: tl.constexpr, UPCAST: tl.constexpr):
-    """Online softmax of q [BLOCK_M, D] over n_blocks whole blocks of keys from k_lo, each visible to
-    every row: no masks on the loads or the scores."""
-    dd = tl.arange(0, D)
-    cols = tl.arange(0, BLOCK_N)
-    kp = k_ptr + (k_lo + cols).to(tl.int64)[:, None] * s_kt + kvh * s_kh + dd[None, :]
-    vp = v_ptr + (k_lo + cols).to(tl.int64)[:, None] * s_vt + kvh * s_vh + dd[None, :]
-    for j in range(0, n_blocks):
-        kb = tl.load(kp + j * BLOCK_N * s_kt)
-        vb = tl.load(vp + j * BLOCK_N * s_vt)
-        if UPCAST:
-            kb = kb.to(tl.float32)
-            vb = vb.to(tl.float32)
-        s = tl.dot(q, tl.trans(kb)) * qk_scale
-        m_new = tl.maximum(m_i, tl.max(s, 1))  # finite: every key counts
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(vb.dtype), vb)
-        m_i = m_new
-    return acc, m_i, l_i
-
-
-@triton.jit
-def _attend_keys(q, acc, m_i, l_i, k_ptr, v_ptr, k_lo, lo, hi, kvh, tok, s_kt, s_kh, s_vt, s_vh, qk_scale,
+def _attend_keys(q, acc, m_i, l_i, k_ptr, v_ptr, k_lo, hi, kvh, tok, s_kt, s_kh, s_vt, s_vh, qk_scale,
                  BLOCK_N: tl.constexpr, D: tl.constexpr, CAUSAL: tl.constexpr, UPCAST: tl.constexpr):
-    """Online softmax of q [BLOCK_M, D] over keys [k_lo + lo, k_lo + hi) of head kvh, masked."""
+    """Online softmax of q [BLOCK_M, D] over keys [k_lo, k_lo + hi) of head kvh."""
     dd = tl.arange(0, D)
-    for start in range(lo, hi, BLOCK_N):
+    for start in range(0, hi, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
         col_ok = cols < hi
         k_rows = (k_lo + cols).to(tl.int64)
@@ -89,7 +62,7 @@ def _varlen_attn_kernel(
     n_items, s_qt, s_qh, s_kt, s_kh, s_vt, s_vh, s_ot, s_oh, s_lt, s_lh,
     s_kft, s_kfh, s_vft, s_vfh, qk_scale,
     REP: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
-    CAUSAL: tl.constexpr, HAS_FOLD: tl.constexpr, UPCAST: tl.constexpr, SPLIT: tl.constexpr,
+    CAUSAL: tl.constexpr, HAS_FOLD: tl.constexpr, UPCAST: tl.constexpr,
 ):
     # program (item, kv head): BLOCK_T query tokens x REP query heads = BLOCK_M rows
     # row r <-> token first + r // REP, head kvh * REP + r % REP; keys of head kvh
@@ -117,24 +90,12 @@ def _varlen_attn_kernel(
     if HAS_FOLD:  # the sequence's short cached context: every key visible
         f_lo = tl.load(fold_ptr + seq)
         f_len = tl.load(fold_ptr + n_seq + seq)
-        f_full = 0
-        if SPLIT:
-            f_full = f_len // BLOCK_N * BLOCK_N
-            acc, m_i, l_i = _attend_full(q, acc, m_i, l_i, kf_ptr, vf_ptr, f_lo, f_full // BLOCK_N, kvh,
-                                         s_kft, s_kfh, s_vft, s_vfh, qk_scale, BLOCK_N, D, UPCAST)
-        acc, m_i, l_i = _attend_keys(q, acc, m_i, l_i, kf_ptr, vf_ptr, f_lo, f_full, f_len, kvh, tok,
+        acc, m_i, l_i = _attend_keys(q, acc, m_i, l_i, kf_ptr, vf_ptr, f_lo, f_len, kvh, tok,
                                      s_kft, s_kfh, s_vft, s_vfh, qk_scale, BLOCK_N, D, False, UPCAST)
     hi = k_len
-    full = k_len  # keys below `full` are visible to every row of the tile
     if CAUSAL:  # own keys: j visible to token i iff j <= i
         hi = tl.minimum(k_len, first + BLOCK_T)
-        full = tl.minimum(k_len, first + 1)
-    lo = 0
-    if SPLIT:  # whole key blocks every row sees without masks, then the rest (tail, diagonal) masked
-        lo = full // BLOCK_N * BLOCK_N
-        acc, m_i, l_i = _attend_full(q, acc, m_i, l_i, k_ptr, v_ptr, k_lo, lo // BLOCK_N, kvh,
-                                     s_kt, s_kh, s_vt, s_vh, qk_scale, BLOCK_N, D, UPCAST)
-    acc, m_i, l_i = _attend_keys(q, acc, m_i, l_i, k_ptr, v_ptr, k_lo, lo, hi, kvh, tok,
+    acc, m_i, l_i = _attend_keys(q, acc, m_i, l_i, k_ptr, v_ptr, k_lo, hi, kvh, tok,
                                  s_kt, s_kh, s_vt, s_vh, qk_scale, BLOCK_N, D, CAUSAL, UPCAST)
     has = l_i > 0.0
     out = acc / tl.where(has, l_i, 1.0)[:, None]
@@ -153,7 +114,7 @@ def varlen_attention(q, k, v, items, cu_q, cu_k, block_t: int, causal: bool, out
     row offsets of each sequence's queries and keys. Only the rows of `items` are
     written. kf, vf, fold: folded contexts (keys [F, n_kv, d] and per sequence
     (first row, length) int32 [2, n_seq]). launch: block_n / num_warps /
-    num_stages / split (whole key blocks without masks, SPLIT_BLOCKS) over the defaults below.
+    num_stages over the defaults below.
     """
     check_tensor("q", q, ndim=3, dtypes=(torch.float16, torch.bfloat16, torch.float32))
     check_tensor("items", items, ndim=2, dtype=torch.int32)
@@ -173,7 +134,7 @@ def varlen_attention(q, k, v, items, cu_q, cu_k, block_t: int, causal: bool, out
     kf, vf, fold = (kf, vf, fold) if has_fold else (k, v, cu_q)
     block_m = triton.next_power_of_2(block_t * rep)
     cfg = {"block_n": 64 if block_m >= 128 else 32, "num_warps": 8 if block_m >= 128 else 4, "num_stages": 3,
-           "split": SPLIT_BLOCKS, **(launch or {})}
+           **(launch or {})}
     _varlen_attn_kernel[(n_items, n_kv)](
         q, k, v, out, lse, items, cu_q, cu_k, kf, vf, fold, cu_q.shape[0] - 1,
         n_items, q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
@@ -181,8 +142,7 @@ def varlen_attention(q, k, v, items, cu_q, cu_k, block_t: int, causal: bool, out
         kf.stride(0), kf.stride(1), vf.stride(0), vf.stride(1),
         (1.0 / math.sqrt(d)) * LOG2E,
         REP=rep, BLOCK_T=block_t, BLOCK_M=block_m, BLOCK_N=cfg["block_n"], D=d, CAUSAL=causal,
-        HAS_FOLD=has_fold, UPCAST=q.device.type == "cpu", SPLIT=bool(cfg["split"]), num_warps=cfg["num_warps"],
-        num_stages=cfg["num_stages"],
+        HAS_FOLD=has_fold, UPCAST=q.device.type == "cpu", num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
     )
     return out, lse
 

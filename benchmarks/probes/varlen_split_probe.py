@@ -7,7 +7,12 @@ frame; Qwen3-4B heads, 32 query / 8 KV, d = 128, bf16), each launch checked agai
 Engine: FILTER 2,048 x 300 words and JOIN 8 x 1,000 through the public API, the two kernels alternating
 in one process on fresh texts (quail_kernels.varlen_attention.SPLIT_BLOCKS), after a warm-up of each.
 
-    PYTHONPATH=. python3 benchmarks/probes/varlen_split_probe.py --tokenizer .cache/tok --out $OUT
+    PYTHONPATH=. python3 benchmarks/probes/varlen_split_probe.py --tokenizer .cache/tok --out $OUT   # at a6390e0
+
+Result (H200, probes/results/h200_a6390e0/): the split kernel was slower, 0.535 ms against 0.508 ms for the
+masked one (198 against 209 TFLOP/s); 64-key steps or 32-token tiles 0.71-0.75 ms; in the engine no
+difference beyond the run-to-run spread (FILTER medians 7.753 / 7.746 s, JOIN 1.961 / 1.941 s). The
+split was removed after this run: the kernel's `launch["split"]` exists at a6390e0 only.
 """
 from __future__ import annotations
 
@@ -26,7 +31,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import bench_workloads as wl  # noqa: E402
 from public_bench import Words  # noqa: E402
 
-import quail_kernels.varlen_attention as va  # noqa: E402
+import importlib  # noqa: E402
+
+va = importlib.import_module("quail_kernels.varlen_attention")  # the module (the package exports its function)
 from quail_kernels._util import query_blocks  # noqa: E402
 
 VARIANTS = {  # name: (block_t, launch)

@@ -20,10 +20,9 @@ CASES = [(8, 2, 32, [13, 1, 40, 7], None), (6, 2, 16, [5, 33], [30, 0]), (4, 4, 
          (12, 4, 32, [3, 3, 3, 3, 3], [12, 12, 12, 12, 12])]
 
 
-@pytest.mark.parametrize("split", [True, False], ids=["whole_blocks_unmasked", "every_block_masked"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("n_q,n_kv,d,lens,folds", CASES)
-def test_varlen_attention_matches_reference(n_q, n_kv, d, lens, folds, dtype, split):
+def test_varlen_attention_matches_reference(n_q, n_kv, d, lens, folds, dtype):
     g = torch.Generator().manual_seed(sum(lens) * 7 + n_q)
     T = sum(lens)
     q = torch.randn(T, n_q, d, generator=g).to(dtype)
@@ -39,7 +38,7 @@ def test_varlen_attention_matches_reference(n_q, n_kv, d, lens, folds, dtype, sp
         fold = torch.tensor(np.stack([np.concatenate([[0], np.cumsum(folds)[:-1]]), folds]), dtype=torch.int32)
     dev = lambda x: None if x is None else x.to(DEVICE).contiguous()  # noqa: E731
     out, lse = varlen_attention(dev(q), dev(k), dev(v), dev(items), dev(cu), dev(cu), block_t, causal=True,
-                                kf=dev(kf), vf=dev(vf), fold=dev(fold), launch={"split": split})
+                                kf=dev(kf), vf=dev(vf), fold=dev(fold))
     ref_o, ref_l = varlen_attention_ref(q, k, v, cu, cu, causal=True, kf=kf, vf=vf, fold=fold)
     tol = TOL[dtype]
     torch.testing.assert_close(out.float().cpu(), ref_o, atol=tol, rtol=tol)
