@@ -99,7 +99,7 @@ def with_ai_columns(df, columns: dict, model: str = "smollm2-135m", device: str 
     """
     parsed = parse_columns(columns)
     wide = with_derived(df, parsed)  # expression arguments computed by Spark, dropped again after
-    m = ArrowMapper(wide.schema, columns, model, device, spark=df.sparkSession, **engine)
+    m = ArrowMapper(wide.schema, parsed, model, device, spark=df.sparkSession, **engine)
     out = wide.mapInArrow(m, m.schema)
     extra = [n for n in wide.columns if n not in df.columns]
     return out.drop(*extra) if extra else out
@@ -131,9 +131,12 @@ def with_derived(df, columns):
 
 
 def parse_columns(columns) -> tuple:
-    """The AIColumns of ``{name: expression}`` (the enrichment spec's parser)."""
-    from quail_spark.enrich.spec import parse_column
+    """The AIColumns of ``{name: expression}`` (the enrichment spec's parser); AIColumns already parsed
+    (``with_ai_columns`` hands its own to ArrowMapper) come back as they are."""
+    from quail_spark.enrich.spec import AIColumn, parse_column
 
+    if isinstance(columns, tuple) and columns and all(isinstance(c, AIColumn) for c in columns):
+        return columns
     if not isinstance(columns, dict) or not columns:
         raise ValueError(f"columns: expected {{name: AI call expression}} with at least one entry, got {columns!r}")
     return tuple(parse_column(name, expr) for name, expr in columns.items())
