@@ -42,7 +42,7 @@ RESULT_TYPES = {"if": "boolean", "score": "double", "classify": "string"}  # Spa
 # quail_spark/java/io/quailspark/AiCalls.java): public name -> kind (ai_filter is an alias of
 # ai_if), and the internal functions the optimizer rules make.
 FUNCTIONS = {"ai_if": "if", "ai_filter": "if", "ai_score": "score", "ai_classify": "classify"}
-INTERNAL = ("quail_chain", "quail_join", "quail_eval", "quail_match", "quail_match_score")
+INTERNAL = ("quail_chain", "quail_join", "quail_eval", "quail_match", "quail_match_score", "quail_join_score")
 DEFAULT_INSTRUCTION = "Which option describes the document best?"
 
 

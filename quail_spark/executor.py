@@ -9,7 +9,7 @@ a module-level cache keyed by the configuration (like
 same worker reuse the loaded model and its prefix cache.
 
 The SQL functions (ai_if, ai_filter, ai_score, ai_classify) and the internal
-UDFs of the optimizer rules (quail_chain, quail_join, quail_eval) evaluate through
+UDFs of the optimizer rules (quail_chain, quail_join, quail_join_score, quail_eval) evaluate through
 :mod:`gpu_worker.ai_calls`: one prompt rendering and one NULL rule for all.
 
 A task asking for 'cuda' uses the GPU Spark assigned to it
@@ -176,20 +176,36 @@ def udf_join(conf, run, spec, *cols):
     """
     import json
 
-    from gpu_worker.ai_calls import Call, evaluate
-
-    _check_strings("quail_join", spec, cols)
     s = json.loads(spec[0].as_py())
     bounds = s.get("score_bounds")
-    call = Call("if" if bounds is None else "score", s["template"], len(cols), anchor=s.get("anchor_arg"))
-    rows = list(range(len(spec)))
-    with _metered(conf, run) as eng:
-        got = evaluate(eng, call, [c.to_pylist() for c in cols],
-                       where=_where(f"ai_{call.kind} (AI join, quail_join)", rows, len(cols)))
+    got = _join_answers(conf, run, "quail_join", "if" if bounds is None else "score", spec, cols)
     if bounds is not None:
         tests = [(_SCORE_OPS[op], float(x)) for op, x in bounds]
         got = [None if v is None else all(compare(v, x) for compare, x in tests) for v in got]
     return pa.array(got, pa.bool_())
+
+
+def udf_join_score(conf, run, spec, *cols):
+    """Arrow UDF body of the internal ``quail_join_score(spec, col0, col1[, ...])`` made by the join rule for
+    an ON that compares ``ai_score(...)`` with a column (``> t.threshold``): the score ``ai_score`` gives each
+    pair (NULL for a NULL, empty or whitespace-only value), Spark making the comparison. ``spec`` as
+    quail_join's; the pairs arrive sorted by the document placed first."""
+    return pa.array(_join_answers(conf, run, "quail_join_score", "score", spec, cols), pa.float64())
+
+
+def _join_answers(conf, run, name: str, kind: str, spec, cols) -> list:
+    """ai_if / ai_score answers of the pairs of an AI join's internal call (``quail_join``, ``quail_join_score``)."""
+    import json
+
+    from gpu_worker.ai_calls import Call, evaluate
+
+    _check_strings(name, spec, cols)
+    s = json.loads(spec[0].as_py())
+    call = Call(kind, s["template"], len(cols), anchor=s.get("anchor_arg"))
+    rows = list(range(len(spec)))
+    with _metered(conf, run) as eng:
+        return evaluate(eng, call, [c.to_pylist() for c in cols],
+                        where=_where(f"ai_{kind} (AI join, {name})", rows, len(cols)))
 
 
 def udf_match(conf, run, spec, *cols):

@@ -5,7 +5,7 @@ Spark Connect sessions both print and which runs no Spark job: the optimized
 logical plan with Spark's statistics on every node, then the physical plan.
 The planner's cost model is in the Java rules (``AiCost.java``); each call the
 rules write carries its estimates in its spec (the first argument of
-``quail_chain`` / ``quail_join`` / ``quail_eval``), and this module prints those numbers, never
+``quail_chain`` / ``quail_join`` / ``quail_join_score`` / ``quail_eval``), and this module prints those numbers, never
 numbers of its own:
 
 - AI filter order: each fused chain's predicates in the order the plan
@@ -30,7 +30,7 @@ import contextlib
 import io
 import json
 
-INTERNAL = ("quail_chain(", "quail_join(", "quail_eval(")
+INTERNAL = ("quail_chain(", "quail_join(", "quail_join_score(", "quail_eval(")
 
 
 def plan_text(df, mode: str = "cost") -> str:
@@ -54,7 +54,7 @@ def optimized_section(text: str) -> str:
 
 
 def planned_calls(text: str) -> list:
-    """[(kind 'chain', 'join' or 'eval', spec dict)] of the rules' calls in the optimized plan of
+    """[(kind 'chain', 'join', 'join_score' or 'eval', spec dict)] of the rules' calls in the optimized plan of
     ``text``, in evaluation order (deeper lines first); each spec once."""
     section, found, seen = optimized_section(text), [], set()
     decoder = json.JSONDecoder()
@@ -85,7 +85,7 @@ def explain_plan(text: str, calls=(), model: str = "") -> str:
     out = [text.rstrip()]
     planned = planned_calls(text)
     chains = [s for k, s in planned if k == "chain"]
-    joins = [s for k, s in planned if k == "join"]
+    joins = [s for k, s in planned if k in ("join", "join_score")]
     evals = [s for k, s in planned if k == "eval" and "cost" in s]
     total = {"requested": 0.0, "fresh": 0.0, "seconds": 0.0}
     if chains:
@@ -144,6 +144,8 @@ def _join(spec: dict) -> list:
     if spec.get("score_bounds") is not None:
         score = f"ai_score({spec['template']!r}, {cols})"
         call = " AND ".join(f"{score} {op} {x}" for op, x in spec["score_bounds"])
+    if spec.get("score_compared") is not None:  # quail_join_score: Spark compares each pair's score
+        call = f"ai_score({spec['template']!r}, {cols}) {spec['score_compared']}"
     out = [f"  {call}: anchor {spec['anchor']} ({spec['why']}); cost {_cost(spec['cost'])}"]
     for s in spec["sides"]:
         out.append(f"    {s['column']}: {_n(s['rows'])} rows ({s['rows_source']}), {_n(s['tokens'])} tokens "

@@ -41,7 +41,8 @@ FUNCTIONS = {name: (ai_calls.RESULT_TYPES[kind], BODIES[kind]) for name, kind in
 INTERNAL = {name: {"quail_chain": ("boolean", executor.udf_chain), "quail_join": ("boolean", executor.udf_join),
                    "quail_eval": (executor.EVAL_TYPE, executor.udf_eval),
                    "quail_match": ("array<boolean>", executor.udf_match),
-                   "quail_match_score": ("array<double>", executor.udf_match)}[name] for name in ai_calls.INTERNAL}
+                   "quail_match_score": ("array<double>", executor.udf_match),
+                   "quail_join_score": ("double", executor.udf_join_score)}[name] for name in ai_calls.INTERNAL}
 
 
 def install(spark, model: str = "smollm2-135m", device: str = "cpu", **engine_conf) -> dict:

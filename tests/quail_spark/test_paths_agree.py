@@ -153,7 +153,8 @@ def test_same_rows_on_every_path(spark, qs, null_key_tables, name, sql, spelled)
 @pytest.mark.parametrize("name, rewritten", [("chain_with_hints", "quail_chain"), ("ai_join", "quail_join"),
                                               ("cte", "quail_chain"), ("left_join_ai_filter_one_side", "quail_chain"),
                                               ("select_three_calls", "quail_eval"), ("count_if", "quail_eval"),
-                                              ("top_k_by_score", "quail_eval"), ("or_two_ai", "quail_eval")])
+                                              ("top_k_by_score", "quail_eval"), ("or_two_ai", "quail_eval"),
+                                              ("score_join_column_bound", "quail_join_score")])
 def test_the_rules_rewrite_when_on_only(spark, qs, name, rewritten):
     """The comparison above is between two different plans: the rules' calls appear only when on."""
     from quail_spark.explain import plan_text

@@ -49,6 +49,8 @@ CASES = [  # (rule, case, query)
      "BETWEEN 0.3 AND 0.6"),
     ("ai_join", "score_below_a_bound",  # the comparison the other way: its operator rides in the spec
      "SELECT n.id, t.tid FROM notes n JOIN terms t ON ai_score('Does {0} mention {1}?', n.body, t.term) < 0.3"),
+    ("ai_join", "score_against_a_column",  # quail_join_score: each pair's score, Spark compares it with the column
+     "SELECT n.id, t.tid FROM notes n JOIN terms t ON t.tid / 10.0 < ai_score('Does {0} mention {1}?', n.body, t.term)"),
     ("ai_join_order", "selective_join_first", THREE_WAY),
     ("ai_join_order", "score_join_weighed",  # a score comparison is an AI join the order weighs too
      "SELECT n.id, t.tid, c.cid FROM notes n "

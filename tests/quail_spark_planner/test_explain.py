@@ -66,6 +66,14 @@ def test_join_order_shows_chosen_and_written_costs():
     assert block[1:3] == ["  chosen: n > c > t  cost 12.5 s", "  written: n > t > c  cost 109 s"]
 
 
+def test_a_score_compared_with_a_column_reads_as_the_comparison():
+    spec = JOIN_SPEC[:-1] + ', "score_compared": "> t.bar"}'
+    plan = PLAN.replace(f"quail_join({JOIN_SPEC}", f"quail_join_score({spec}")
+    assert [k for k, _ in planned_calls(plan)] == ["chain", "join_score"]
+    line = explain_plan(plan).split("== AI join anchors")[1].splitlines()[1]
+    assert line.startswith("  ai_score('Is {0} in {1}?', t.term, n.body) > t.bar: anchor n.body (cost model)")
+
+
 def test_calls_the_rules_did_not_plan_and_the_total():
     text = explain_plan(PLAN, to_spark(SQL)[1], "toy at 1 TFLOP/s")
     rest = text.split("== AI calls the rules did not plan")[1].splitlines()

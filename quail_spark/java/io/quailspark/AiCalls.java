@@ -43,7 +43,8 @@ final class AiCalls {
     static final String EVAL = "quail_eval";
     static final String MATCH = "quail_match";
     static final String MATCH_SCORE = "quail_match_score";
-    static final List<String> INTERNAL = List.of(CHAIN, JOIN, EVAL, MATCH, MATCH_SCORE);
+    static final String JOIN_SCORE = "quail_join_score";
+    static final List<String> INTERNAL = List.of(CHAIN, JOIN, EVAL, MATCH, MATCH_SCORE, JOIN_SCORE);
 
     private AiCalls() {}
 
@@ -166,19 +167,49 @@ final class AiCalls {
      * the same prompt as ai_if's, so the comparison is evaluated on it as written.
      */
     static Predicate scoreCompared(Expression c) {
+        Compared s = compared(c);
+        if (s == null || !s.bound.foldable() || !(s.bound.dataType() instanceof NumericType)) return null;
+        Object x = s.bound.eval(null);
+        if (x == null) return null;
+        boolean greater = c instanceof GreaterThan || c instanceof GreaterThanOrEqual;
+        boolean orEqual = c instanceof GreaterThanOrEqual || c instanceof LessThanOrEqual;
+        String op = (greater == s.scoreLeft ? ">" : "<") + (orEqual ? "=" : "");
+        Predicate p = s.score;
+        return new Predicate(p.udf, p.template, p.columns, p.hints, op, Double.valueOf(x.toString()));
+    }
+
+    /**
+     * {@code ai_score(...) > e}, {@code >=}, {@code <} or {@code <=}, the score on either side, where
+     * {@code e} is not a literal (a column, an expression of columns) and holds no AI call: the
+     * score's call as a predicate (no bound: Spark compares each row's score with its {@code e});
+     * else null.
+     */
+    static Predicate scoreAgainstColumn(Expression c) {
+        Compared s = compared(c);
+        if (s == null || s.bound.foldable() || !(s.bound.dataType() instanceof NumericType) || containsAi(s.bound)
+            || !s.bound.deterministic()) return null;
+        return s.score;
+    }
+
+    /** An ordering comparison of an ai_score call (literal template) with something else. */
+    private record Compared(Predicate score, Expression bound, boolean scoreLeft) {}
+
+    private static Compared compared(Expression c) {
         if (!(c instanceof GreaterThan || c instanceof GreaterThanOrEqual
               || c instanceof LessThan || c instanceof LessThanOrEqual)) return null;
         BinaryComparison b = (BinaryComparison) c;
         boolean scoreLeft = score(b.left()) != null;
         Predicate p = scoreLeft ? score(b.left()) : score(b.right());
-        Expression bound = scoreLeft ? b.right() : b.left();
-        if (p == null || !bound.foldable() || !(bound.dataType() instanceof NumericType)) return null;
-        Object x = bound.eval(null);
-        if (x == null) return null;
-        boolean greater = c instanceof GreaterThan || c instanceof GreaterThanOrEqual;
-        boolean orEqual = c instanceof GreaterThanOrEqual || c instanceof LessThanOrEqual;
-        String op = (greater == scoreLeft ? ">" : "<") + (orEqual ? "=" : "");
-        return new Predicate(p.udf, p.template, p.columns, p.hints, op, Double.valueOf(x.toString()));
+        return p == null ? null : new Compared(p, scoreLeft ? b.right() : b.left(), scoreLeft);
+    }
+
+    /** The quail_join_score call that conjunct {@code c} compares (either side), else null. */
+    static PythonUDF comparedJoinScore(Expression c) {
+        if (!(c instanceof BinaryComparison)) return null;
+        for (Expression k : CollectionConverters.asJava(c.children())) {
+            if (isInternal(k, JOIN_SCORE)) return (PythonUDF) k;
+        }
+        return null;
     }
 
     /** An ai_score call with a literal template, as a predicate (no bound), else null. */
@@ -308,13 +339,13 @@ final class AiCalls {
     }
 
     /**
-     * The document a quail_chain / quail_join call places first in each row's prompt, as the
+     * The document a quail_chain / quail_join / quail_join_score call places first in each row's prompt, as the
      * renderer does: the chain's document; a join's hinted column (anchor_arg in its spec), else
      * the longer of two values (a tie keeps template order); {0} of three or more columns.
      */
     static Expression placedFirst(PythonUDF internal) {
         List<Expression> args = CollectionConverters.asJava(internal.children());
-        if (!isInternal(internal, JOIN) || args.size() != 3) return args.get(1);
+        if (!(isInternal(internal, JOIN) || isInternal(internal, JOIN_SCORE)) || args.size() != 3) return args.get(1);
         java.util.regex.Matcher m = java.util.regex.Pattern.compile("\"anchor_arg\": (\\d+)")
             .matcher(String.valueOf(args.get(0).eval(null)));
         if (m.find()) return args.get(1 + Integer.parseInt(m.group(1)));

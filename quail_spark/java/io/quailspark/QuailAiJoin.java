@@ -5,6 +5,7 @@ import java.util.List;
 
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.catalyst.expressions.AttributeSet;
+import org.apache.spark.sql.catalyst.expressions.BinaryComparison;
 import org.apache.spark.sql.catalyst.expressions.EqualNullSafe;
 import org.apache.spark.sql.catalyst.expressions.EqualTo;
 import org.apache.spark.sql.catalyst.expressions.Expression;
@@ -68,20 +69,29 @@ public class QuailAiJoin extends AiRule {
         List<AiCalls.Predicate> preds = new ArrayList<>();
         List<boolean[]> predSides = new ArrayList<>();
         List<List<String>> bounds = new ArrayList<>();  // per predicate: its score comparisons, as JSON pairs
+        List<Expression> againstColumns = new ArrayList<>();  // ai_score(...) > column: scores Spark compares
         for (Expression c : AiCalls.conjuncts(j.condition().get())) {
             AiCalls.Predicate p = AiCalls.predicate(c);
             if (p == null) p = AiCalls.scoreCompared(c);  // ai_score(...) > x, < x ...: the same prompt, its P(yes) compared
+            boolean column = p == null && (p = AiCalls.scoreAgainstColumn(c)) != null;
             boolean[] onLeft = p != null && p.columns.size() >= 2 ? sides(p.columns, left, right) : null;
             if (onLeft == null) {
                 rest.add(c);
                 equiKeys |= isEquiKey(c, left, right);
                 continue;
             }
+            if (column) {
+                preds.add(p);
+                predSides.add(onLeft);
+                bounds.add(null);  // no bound in the spec: the score comes back and Spark compares it
+                againstColumns.add(c);
+                continue;
+            }
             String bound = p.scoreOp == null ? null
                 : "[\"" + p.scoreOp + "\", " + p.scoreBound + "]";
             int same = -1;  // the same ai_score compared twice (BETWEEN, a range): one call checks both
             for (int k = 0; k < preds.size() && bound != null && same < 0; k++) {
-                if (preds.get(k).sameScore(p)) same = k;
+                if (bounds.get(k) != null && preds.get(k).sameScore(p)) same = k;
             }
             if (same >= 0) {
                 bounds.get(same).add(bound);
@@ -91,10 +101,21 @@ public class QuailAiJoin extends AiRule {
             predSides.add(onLeft);
             bounds.add(new ArrayList<>(bound == null ? List.of() : List.of(bound)));
         }
-        for (int k = 0; k < preds.size(); k++) {
+        for (int k = 0, col = 0; k < preds.size(); k++) {
             Anchor a = new Anchor(model, preds.get(k), predSides.get(k), j);
-            Expression call = AiCalls.call(session, AiCalls.JOIN, a.args(bounds.get(k)));
-            if (call == null) return j;
+            Expression call;
+            if (bounds.get(k) == null) {  // the score of each pair, compared with its column by Spark
+                BinaryComparison c = (BinaryComparison) againstColumns.get(col++);
+                boolean scoreLeft = AiCalls.same(c.left(), preds.get(k).udf);
+                Expression other = scoreLeft ? c.right() : c.left();
+                String op = scoreLeft ? c.symbol() : flipped(c.symbol());  // as read with the score on the left
+                Expression score = AiCalls.call(session, AiCalls.JOIN_SCORE, a.args(List.of(), op + " " + other.sql()));
+                if (score == null) return j;
+                call = c.withNewChildren(AiCalls.seq(scoreLeft ? List.of(score, other) : List.of(other, score)));
+            } else {
+                call = AiCalls.call(session, AiCalls.JOIN, a.args(bounds.get(k), null));
+                if (call == null) return j;
+            }
             calls.add(call);
             if (broadcastLeft == null) broadcastLeft = !predSides.get(k)[a.chosen];  // broadcast the partners
         }
@@ -169,8 +190,10 @@ public class QuailAiJoin extends AiRule {
         /**
          * quail_join(spec, columns...): spec is JSON of the template, the hints and the estimates; for
          * score comparisons ({@code bounds}, JSON pairs [op, bound]) the rows kept satisfy all of them.
+         * For quail_join_score, {@code compared}: the comparison Spark makes with each pair's score
+         * (the operator's name and the other side, for explain).
          */
-        List<Expression> args(List<String> bounds) {
+        List<Expression> args(List<String> bounds, String compared) {
             StringBuilder spec = new StringBuilder("{\"template\": ").append(AiCalls.json(p.template))
                 .append(", \"selectivity\": ").append(AiCost.num(p.selectivity()))
                 .append(", \"selectivity_source\": \"").append(p.selectivitySource()).append('"');
@@ -178,6 +201,7 @@ public class QuailAiJoin extends AiRule {
             if (!bounds.isEmpty()) {  // kept rows: ai_score(...) <op> bound, for every pair
                 spec.append(", \"score_bounds\": [").append(String.join(", ", bounds)).append(']');
             }
+            if (compared != null) spec.append(", \"score_compared\": ").append(AiCalls.json(compared));
             spec.append(", \"anchor\": ").append(AiCalls.json(p.columns.get(chosen).sql()))
                 .append(", \"why\": ").append(AiCalls.json(why)).append(", \"sides\": [");
             for (int i = 0; i < rows.length; i++) {
@@ -198,6 +222,10 @@ public class QuailAiJoin extends AiRule {
             args.addAll(p.columns);
             return args;
         }
+    }
+
+    private static String flipped(String op) {
+        return op.startsWith(">") ? "<" + op.substring(1) : ">" + op.substring(1);
     }
 
     private static boolean isEquiKey(Expression c, AttributeSet left, AttributeSet right) {

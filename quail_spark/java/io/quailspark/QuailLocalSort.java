@@ -51,8 +51,10 @@ public class QuailLocalSort extends AiRule {
     private static LogicalPlan sortUnder(Filter f) {
         List<Expression> keys = new ArrayList<>();
         for (Expression c : AiCalls.conjuncts(f.condition())) {
-            if (AiCalls.isInternal(c, AiCalls.CHAIN) || AiCalls.isInternal(c, AiCalls.JOIN)) {
-                Expression doc = AiCalls.placedFirst((PythonUDF) c);
+            PythonUDF call = AiCalls.isInternal(c, AiCalls.CHAIN) || AiCalls.isInternal(c, AiCalls.JOIN)
+                ? (PythonUDF) c : AiCalls.comparedJoinScore(c);  // quail_join_score(...) > column: its pairs too
+            if (call != null) {
+                Expression doc = AiCalls.placedFirst(call);
                 if (keys.stream().noneMatch(y -> AiCalls.same(doc, y))) keys.add(doc);
             }
         }
