@@ -175,6 +175,19 @@ def test_null_key_join_skips_null_and_empty_keys(spark, qs, null_key_tables):
     assert sum(rows.values()) in (0, 4)
 
 
+def test_a_score_against_a_column_drops_null_documents_and_null_bounds(spark, qs, null_key_tables):
+    """ai_score(...) > column in an inner ON (quail_join_score with the rules on): a pair with a NULL, empty or
+    whitespace-only value has no score and a NULL bound compares to NULL, so both drop the pair; a bound of 0
+    keeps every scored pair. Only (1, 10) remains, four times, on every path."""
+    sql = ("SELECT a.id, k.kid FROM a JOIN k ON ai_score('Does {0} mention {1}?', a.body, k.term) > "
+           "CASE WHEN k.kid = 10 THEN 0.0 END")
+    from quail_spark.explain import plan_text
+
+    assert "quail_join_score(" in plan_text(spark.sql(sql))
+    on, off = rows_with_rules(spark, sql, True), rows_with_rules(spark, sql, False)
+    assert on == off == multiset(qs.sql(sql).collect()) == Counter({(1, 10): 4})
+
+
 @pytest.fixture(scope="module")
 def random_qs(spark, tables):
     """A QuailSession on a seeded random model (its margins have both signs); SmolLM2 back after."""
