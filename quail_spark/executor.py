@@ -174,11 +174,8 @@ def udf_join(conf, run, spec, *cols):
     with ``x`` by ``>``, ``>=``, ``<`` or ``<=``, once or more, as a BETWEEN does), of those
     comparisons, all of them, on the score ``ai_score`` gives.
     """
-    import json
-
-    s = json.loads(spec[0].as_py())
+    s, got = _join_answers(conf, run, "quail_join", spec, cols)
     bounds = s.get("score_bounds")
-    got = _join_answers(conf, run, "quail_join", "if" if bounds is None else "score", spec, cols)
     if bounds is not None:
         tests = [(_SCORE_OPS[op], float(x)) for op, x in bounds]
         got = [None if v is None else all(compare(v, x) for compare, x in tests) for v in got]
@@ -190,22 +187,24 @@ def udf_join_score(conf, run, spec, *cols):
     an ON that compares ``ai_score(...)`` with a column (``> t.threshold``): the score ``ai_score`` gives each
     pair (NULL for a NULL, empty or whitespace-only value), Spark making the comparison. ``spec`` as
     quail_join's; the pairs arrive sorted by the document placed first."""
-    return pa.array(_join_answers(conf, run, "quail_join_score", "score", spec, cols), pa.float64())
+    return pa.array(_join_answers(conf, run, "quail_join_score", spec, cols)[1], pa.float64())
 
 
-def _join_answers(conf, run, name: str, kind: str, spec, cols) -> list:
-    """ai_if / ai_score answers of the pairs of an AI join's internal call (``quail_join``, ``quail_join_score``)."""
+def _join_answers(conf, run, name: str, spec, cols) -> tuple[dict, list]:
+    """(spec, answers) of the pairs of an AI join's internal call: ai_score's scores for quail_join_score
+    and for a quail_join spec with ``score_bounds``, else ai_if's answers."""
     import json
 
     from gpu_worker.ai_calls import Call, evaluate
 
     _check_strings(name, spec, cols)
     s = json.loads(spec[0].as_py())
+    kind = "score" if name == "quail_join_score" or s.get("score_bounds") is not None else "if"
     call = Call(kind, s["template"], len(cols), anchor=s.get("anchor_arg"))
     rows = list(range(len(spec)))
     with _metered(conf, run) as eng:
-        return evaluate(eng, call, [c.to_pylist() for c in cols],
-                        where=_where(f"ai_{kind} (AI join, {name})", rows, len(cols)))
+        return s, evaluate(eng, call, [c.to_pylist() for c in cols],
+                           where=_where(f"ai_{kind} (AI join, {name})", rows, len(cols)))
 
 
 def udf_match(conf, run, spec, *cols):

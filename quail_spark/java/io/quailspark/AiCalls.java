@@ -171,28 +171,33 @@ final class AiCalls {
         if (s == null || !s.bound.foldable() || !(s.bound.dataType() instanceof NumericType)) return null;
         Object x = s.bound.eval(null);
         if (x == null) return null;
-        boolean greater = c instanceof GreaterThan || c instanceof GreaterThanOrEqual;
-        boolean orEqual = c instanceof GreaterThanOrEqual || c instanceof LessThanOrEqual;
-        String op = (greater == s.scoreLeft ? ">" : "<") + (orEqual ? "=" : "");
         Predicate p = s.score;
-        return new Predicate(p.udf, p.template, p.columns, p.hints, op, Double.valueOf(x.toString()));
+        return new Predicate(p.udf, p.template, p.columns, p.hints, s.op(), Double.valueOf(x.toString()));
     }
 
     /**
      * {@code ai_score(...) > e}, {@code >=}, {@code <} or {@code <=}, the score on either side, where
      * {@code e} is not a literal (a column, an expression of columns) and holds no AI call: the
-     * score's call as a predicate (no bound: Spark compares each row's score with its {@code e});
-     * else null.
+     * comparison with its score's call as a predicate (no bound: Spark compares each row's score with
+     * its {@code e}); else null.
      */
-    static Predicate scoreAgainstColumn(Expression c) {
+    static Compared scoreAgainstColumn(Expression c) {
         Compared s = compared(c);
         if (s == null || s.bound.foldable() || !(s.bound.dataType() instanceof NumericType) || containsAi(s.bound)
             || !s.bound.deterministic()) return null;
-        return s.score;
+        return s;
     }
 
-    /** An ordering comparison of an ai_score call (literal template) with something else. */
-    private record Compared(Predicate score, Expression bound, boolean scoreLeft) {}
+    /** An ordering comparison of an ai_score call (literal template) with {@code bound}, the other side. */
+    record Compared(BinaryComparison comparison, Predicate score, Expression bound, boolean scoreLeft) {
+        /** The operator as read with the score on the left ({@code x < ai_score(...)} is {@code >}). */
+        String op() {
+            Expression c = comparison;
+            boolean greater = c instanceof GreaterThan || c instanceof GreaterThanOrEqual;
+            boolean orEqual = c instanceof GreaterThanOrEqual || c instanceof LessThanOrEqual;
+            return (greater == scoreLeft ? ">" : "<") + (orEqual ? "=" : "");
+        }
+    }
 
     private static Compared compared(Expression c) {
         if (!(c instanceof GreaterThan || c instanceof GreaterThanOrEqual
@@ -200,7 +205,7 @@ final class AiCalls {
         BinaryComparison b = (BinaryComparison) c;
         boolean scoreLeft = score(b.left()) != null;
         Predicate p = scoreLeft ? score(b.left()) : score(b.right());
-        return p == null ? null : new Compared(p, scoreLeft ? b.right() : b.left(), scoreLeft);
+        return p == null ? null : new Compared(b, p, scoreLeft ? b.right() : b.left(), scoreLeft);
     }
 
     /** The quail_join_score call that conjunct {@code c} compares (either side), else null. */
@@ -339,13 +344,14 @@ final class AiCalls {
     }
 
     /**
-     * The document a quail_chain / quail_join / quail_join_score call places first in each row's prompt, as the
-     * renderer does: the chain's document; a join's hinted column (anchor_arg in its spec), else
+     * The document a quail_chain / quail_join / quail_join_score call places first in each row's
+     * prompt, as the renderer does: the chain's document; a join's hinted column (anchor_arg in its spec), else
      * the longer of two values (a tie keeps template order); {0} of three or more columns.
      */
     static Expression placedFirst(PythonUDF internal) {
         List<Expression> args = CollectionConverters.asJava(internal.children());
-        if (!(isInternal(internal, JOIN) || isInternal(internal, JOIN_SCORE)) || args.size() != 3) return args.get(1);
+        boolean join = isInternal(internal, JOIN) || isInternal(internal, JOIN_SCORE);
+        if (!join || args.size() != 3) return args.get(1);
         java.util.regex.Matcher m = java.util.regex.Pattern.compile("\"anchor_arg\": (\\d+)")
             .matcher(String.valueOf(args.get(0).eval(null)));
         if (m.find()) return args.get(1 + Integer.parseInt(m.group(1)));

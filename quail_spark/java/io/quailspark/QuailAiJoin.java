@@ -5,7 +5,6 @@ import java.util.List;
 
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.catalyst.expressions.AttributeSet;
-import org.apache.spark.sql.catalyst.expressions.BinaryComparison;
 import org.apache.spark.sql.catalyst.expressions.EqualNullSafe;
 import org.apache.spark.sql.catalyst.expressions.EqualTo;
 import org.apache.spark.sql.catalyst.expressions.Expression;
@@ -69,29 +68,24 @@ public class QuailAiJoin extends AiRule {
         List<AiCalls.Predicate> preds = new ArrayList<>();
         List<boolean[]> predSides = new ArrayList<>();
         List<List<String>> bounds = new ArrayList<>();  // per predicate: its score comparisons, as JSON pairs
-        List<Expression> againstColumns = new ArrayList<>();  // ai_score(...) > column: scores Spark compares
+        // per predicate: ai_score(...) compared with a column (Spark compares each pair's score), else null
+        List<AiCalls.Compared> againstColumns = new ArrayList<>();
         for (Expression c : AiCalls.conjuncts(j.condition().get())) {
             AiCalls.Predicate p = AiCalls.predicate(c);
             if (p == null) p = AiCalls.scoreCompared(c);  // ai_score(...) > x, < x ...: the same prompt, its P(yes) compared
-            boolean column = p == null && (p = AiCalls.scoreAgainstColumn(c)) != null;
+            AiCalls.Compared column = p == null ? AiCalls.scoreAgainstColumn(c) : null;
+            if (column != null) p = column.score();
             boolean[] onLeft = p != null && p.columns.size() >= 2 ? sides(p.columns, left, right) : null;
             if (onLeft == null) {
                 rest.add(c);
                 equiKeys |= isEquiKey(c, left, right);
                 continue;
             }
-            if (column) {
-                preds.add(p);
-                predSides.add(onLeft);
-                bounds.add(null);  // no bound in the spec: the score comes back and Spark compares it
-                againstColumns.add(c);
-                continue;
-            }
             String bound = p.scoreOp == null ? null
                 : "[\"" + p.scoreOp + "\", " + p.scoreBound + "]";
             int same = -1;  // the same ai_score compared twice (BETWEEN, a range): one call checks both
             for (int k = 0; k < preds.size() && bound != null && same < 0; k++) {
-                if (bounds.get(k) != null && preds.get(k).sameScore(p)) same = k;
+                if (againstColumns.get(k) == null && preds.get(k).sameScore(p)) same = k;
             }
             if (same >= 0) {
                 bounds.get(same).add(bound);
@@ -100,18 +94,19 @@ public class QuailAiJoin extends AiRule {
             preds.add(p);
             predSides.add(onLeft);
             bounds.add(new ArrayList<>(bound == null ? List.of() : List.of(bound)));
+            againstColumns.add(column);
         }
-        for (int k = 0, col = 0; k < preds.size(); k++) {
+        for (int k = 0; k < preds.size(); k++) {
             Anchor a = new Anchor(model, preds.get(k), predSides.get(k), j);
+            AiCalls.Compared column = againstColumns.get(k);
             Expression call;
-            if (bounds.get(k) == null) {  // the score of each pair, compared with its column by Spark
-                BinaryComparison c = (BinaryComparison) againstColumns.get(col++);
-                boolean scoreLeft = AiCalls.same(c.left(), preds.get(k).udf);
-                Expression other = scoreLeft ? c.right() : c.left();
-                String op = scoreLeft ? c.symbol() : flipped(c.symbol());  // as read with the score on the left
-                Expression score = AiCalls.call(session, AiCalls.JOIN_SCORE, a.args(List.of(), op + " " + other.sql()));
+            if (column != null) {  // the score of each pair, compared with its column by Spark
+                Expression other = column.bound();
+                Expression score = AiCalls.call(session, AiCalls.JOIN_SCORE,
+                        a.args(List.of(), column.op() + " " + other.sql()));
                 if (score == null) return j;
-                call = c.withNewChildren(AiCalls.seq(scoreLeft ? List.of(score, other) : List.of(other, score)));
+                call = column.comparison().withNewChildren(
+                        AiCalls.seq(column.scoreLeft() ? List.of(score, other) : List.of(other, score)));
             } else {
                 call = AiCalls.call(session, AiCalls.JOIN, a.args(bounds.get(k), null));
                 if (call == null) return j;
@@ -222,10 +217,6 @@ public class QuailAiJoin extends AiRule {
             args.addAll(p.columns);
             return args;
         }
-    }
-
-    private static String flipped(String op) {
-        return op.startsWith(">") ? "<" + op.substring(1) : ">" + op.substring(1);
     }
 
     private static boolean isEquiKey(Expression c, AttributeSet left, AttributeSet right) {
