@@ -1,5 +1,7 @@
 """Where an operation's host time sits against its passes: lead-in (call to the first pass launched), each
-pass's preparation and launch, the waits on the device, and the tail (last pass read to the call's return).
+pass's preparation and launch, the waits on the device, and the tail (last pass read to the call's return);
+the host steps before the first pass's launch (tokenization on the calling and the helper thread, requests
+built, tree inserts, the first pass planned and built).
 
 Host timestamps (ms from the call) of Engine.join on JOIN 8 x 1,000 and BIO-2 scaled to --bio2-anchors, and
 of Engine.filter on FILTER 2,048 x 300 words, fresh texts each run, after a warm-up. The engine's own
@@ -25,6 +27,7 @@ from public_bench import Words  # noqa: E402
 
 from gpu_worker import Engine, EngineConfig  # noqa: E402
 from gpu_worker import runner as runner_mod  # noqa: E402
+from gpu_worker import scheduler as scheduler_mod  # noqa: E402
 
 
 def instrument(eng, log: list):
@@ -53,15 +56,26 @@ def instrument(eng, log: list):
 
     r.run, r.build = t_run, t_build
     runner_mod.Launched.wait = t_wait
-    for name in ("_collect", "_margins"):
-        f = getattr(eng, name)
+    steps = [(eng, "_collect"), (eng, "_margins"), (eng, "_tokenize"), (eng.fitter, "join_requests"),
+             (eng.fitter, "fit"), (eng.passes, "_insert"), (eng.chunks, "tokenize")]
+    for obj, name in steps:  # the helper thread's chunk tokenization too (logged as "chunk_tokenize")
+        f = getattr(obj, name)
+        name = "chunk_tokenize" if obj is eng.chunks else name
 
-        def timed(*a, _f=f, _n=name):
+        def timed(*a, _f=f, _n=name, **kw):
             s = time.perf_counter()
-            out = _f(*a)
+            out = _f(*a, **kw)
             log.append((_n, s, time.perf_counter()))
             return out
-        setattr(eng, name, timed)
+        setattr(obj, "tokenize" if name == "chunk_tokenize" else name, timed)
+    plan = scheduler_mod.Scheduler.next_pass
+
+    def t_plan(self):
+        a = time.perf_counter()
+        out = plan(self)
+        log.append(("next_pass", a, time.perf_counter()))
+        return out
+    scheduler_mod.Scheduler.next_pass = t_plan
 
 
 def timeline(eng, dev, fn, log) -> dict:
@@ -81,7 +95,19 @@ def timeline(eng, dev, fn, log) -> dict:
             "waits": [[ms(a), ms(b)] for _, a, b in waits],
             "last_wait_exit_ms": ms(max(b for _, _, b in waits)),
             "after_last_wait_ms": round((end - max(b for _, _, b in waits)) * 1e3, 1),
-            "collect": [[e[0], ms(e[1]), ms(e[2])] for e in log if e[0] in ("_collect", "_margins")]}
+            "collect": [[e[0], ms(e[1]), ms(e[2])] for e in log if e[0] in ("_collect", "_margins")],
+            # every host step that began before the first pass was launched (fit: first and last call only)
+            "lead_in_steps": lead_in_steps(log, t0, runs[0][2])}
+
+
+def lead_in_steps(log, t0: float, until: float) -> list:
+    out, fits = [], [e for e in log if e[0] == "fit" and e[1] <= until]
+    for e in log:
+        if e[1] <= until and e[0] not in ("fit", "wait"):
+            out.append([e[0], round((e[1] - t0) * 1e3, 1), round((e[2] - t0) * 1e3, 1)])
+    if fits:
+        out.append([f"fit x{len(fits)}", round((fits[0][1] - t0) * 1e3, 1), round((fits[-1][2] - t0) * 1e3, 1)])
+    return sorted(out, key=lambda x: x[1])
 
 
 def main(argv=None):
@@ -112,7 +138,8 @@ def main(argv=None):
     for name, make in work.items():
         res[name] = [timeline(eng, dev, make(), log) for _ in range(args.runs)]
         for r in res[name]:
-            print(name, {k: v for k, v in r.items() if k not in ("passes", "waits", "collect")},
+            print(name, {k: v for k, v in r.items() if k not in ("passes", "waits", "collect", "lead_in_steps")},
+                  "lead-in", r["lead_in_steps"],
                   "passes", r["passes"][:3], "collect", r["collect"], flush=True)
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / args.name).write_text(json.dumps(res, indent=1))
