@@ -4,7 +4,9 @@
 # test suite; part 2 the workloads in bf16 (128 prompts timed in transformers) and FP8, SUSTAINED and the
 # profile (profile_public.py).
 # Every step has its own time limit, so a slow one does not cost the steps after it; results and logs go
-# to $OUT (default benchmarks/results/h200_<commit>).
+# to $OUT (default benchmarks/results/h200_<commit>), with `nvidia-smi dmon` (power, clocks) beside each part.
+# The lent device returns at most 8 files: there, write to a folder and pack it into its $OUT, e.g.
+#   O=$OUT; OUT=/tmp/r bash benchmarks/gpu_figures.sh 1; tar czf $O/part1.tgz -C /tmp/r .
 #
 #   bash benchmarks/gpu_figures.sh 1      # needs the tokenizer in .cache/tok and .cache/commit (the commit)
 #   bash benchmarks/gpu_figures.sh 2
@@ -22,7 +24,14 @@ bench() {  # limit name args...
     grep -E "BIO-2 text|fp8 vs bf16|FILTER:|CHAIN:|JOIN run|PREFIX:|SUSTAINED" "$OUT/${name%.json}.stdout" | cut -c1-200
 }
 case "${1:-}" in
-1 | 2) mkdir -p "$OUT" ;;
+1 | 2)
+    mkdir -p "$OUT"
+    if command -v nvidia-smi > /dev/null; then
+        nvidia-smi dmon -s pucv -d 1 -o T > "$OUT/dmon_part$1.txt" 2>&1 &
+        DMON=$!
+        trap 'kill $DMON 2> /dev/null' EXIT
+    fi
+    ;;
 esac
 case "${1:-}" in
 1)
