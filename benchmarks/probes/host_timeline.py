@@ -31,51 +31,34 @@ from gpu_worker import scheduler as scheduler_mod  # noqa: E402
 
 
 def instrument(eng, log: list):
-    """Wrap the runner's run, the launched passes' waits, and the engine's collect/margins with timestamps."""
-    r = eng.passes.runner
-    run, build = r.run, r.build
-    wait = runner_mod.Launched.wait
+    """Wrap the runner's run and build, the launched passes' waits, the scheduler's planning and the engine's
+    steps before and after its passes with timestamps (each call logs (label, start, end))."""
+    def stamped(f, label):
+        def timed(*a, **kw):
+            s = time.perf_counter()
+            out = f(*a, **kw)
+            log.append((label, s, time.perf_counter()))
+            return out
+        return timed
 
-    def t_run(jobs):
+    r = eng.passes.runner
+    run = r.run
+
+    def t_run(jobs):  # a pass's tokens and jobs too
         a = time.perf_counter()
         out = run(jobs)
         log.append(("run", a, time.perf_counter(), sum(j.num_tokens for j in jobs), len(jobs)))
         return out
 
-    def t_build(jobs):
-        a = time.perf_counter()
-        out = build(jobs)
-        log.append(("build", a, time.perf_counter()))
-        return out
-
-    def t_wait(self):
-        a = time.perf_counter()
-        out = wait(self)
-        log.append(("wait", a, time.perf_counter()))
-        return out
-
-    r.run, r.build = t_run, t_build
-    runner_mod.Launched.wait = t_wait
-    steps = [(eng, "_collect"), (eng, "_margins"), (eng, "_tokenize"), (eng.fitter, "join_requests"),
-             (eng.fitter, "fit"), (eng.passes, "_insert"), (eng.chunks, "tokenize")]
-    for obj, name in steps:  # the helper thread's chunk tokenization too (logged as "chunk_tokenize")
-        f = getattr(obj, name)
-        name = "chunk_tokenize" if obj is eng.chunks else name
-
-        def timed(*a, _f=f, _n=name, **kw):
-            s = time.perf_counter()
-            out = _f(*a, **kw)
-            log.append((_n, s, time.perf_counter()))
-            return out
-        setattr(obj, "tokenize" if name == "chunk_tokenize" else name, timed)
-    plan = scheduler_mod.Scheduler.next_pass
-
-    def t_plan(self):
-        a = time.perf_counter()
-        out = plan(self)
-        log.append(("next_pass", a, time.perf_counter()))
-        return out
-    scheduler_mod.Scheduler.next_pass = t_plan
+    r.run = t_run
+    runner_mod.Launched.wait = stamped(runner_mod.Launched.wait, "wait")
+    scheduler_mod.Scheduler.next_pass = stamped(scheduler_mod.Scheduler.next_pass, "next_pass")
+    # (object, attribute, label): the helper thread's tokenization of a chunk is DocumentChunks.tokenize
+    steps = [(r, "build", "build"), (eng, "_collect", "_collect"), (eng, "_margins", "_margins"),
+             (eng, "_tokenize", "_tokenize"), (eng.fitter, "join_requests", "join_requests"),
+             (eng.fitter, "fit", "fit"), (eng.passes, "_insert", "_insert"), (eng.chunks, "tokenize", "chunk_tokenize")]
+    for obj, attr, label in steps:
+        setattr(obj, attr, stamped(getattr(obj, attr), label))
 
 
 def timeline(eng, dev, fn, log) -> dict:
