@@ -315,6 +315,15 @@ class CudaOps:
 
     name = "cuda"
     linear = staticmethod(linear)  # cuBLAS on the GPU
+    # the 16-bit model adds the output and down projections into the residual stream inside the GEMM
+    # (`linear_add`: cuBLAS's epilogue reads the residual) and normalizes after: the norm kernels read one
+    # [T, hidden] tensor and write one instead of reading two and writing two
+    residual_gemm = True
+
+    @staticmethod
+    def linear_add(x, w, residual):
+        """residual += x @ w.t(), in place (one rounding of the sum); returns residual."""
+        return residual.addmm_(x, w.t())
 
     def __init__(self, use_triton: bool | None = None, self_attn: str = "auto", ctx_attn: str = "fused",
                  fold: bool = True, repeat_kv: bool = False, ctx_config: dict | None = None,

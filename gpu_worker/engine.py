@@ -19,7 +19,7 @@ from . import weights
 from .chunks import DocumentChunks, leave_a_core
 from .config import EngineConfig
 from .fitting import RequestFitter
-from .passes import TREE_COUNTERS, Passes, collector_paused
+from .passes import FIRST_PASS_JOBS, TREE_COUNTERS, Passes, collector_paused
 from .prompts import PromptRenderer, documents
 from .runner import KVCache, ModelRunner
 from .runtime import Runtime
@@ -87,7 +87,8 @@ class Engine:
         # side), `fitter` builds requests that fit the context, `chunks` tokenizes documents a chunk ahead
         self.runner = ModelRunner(model, kv, self.rt.ops, self.rt.device)
         self.passes = Passes(self.runner, self.rt.kv_slots, self.rt.token_budget, self.rt.ctx_budget,
-                             len(self.renderer.answers.head_ids), cfg.prefix_cache, self.stats)
+                             len(self.renderer.answers.head_ids), cfg.prefix_cache, self.stats,
+                             first_jobs=FIRST_PASS_JOBS if self.rt.device.type == "cuda" else 0)
         self.fitter = RequestFitter(self.renderer, self.rt.max_position, cfg.on_overflow == "truncate", self.stats)
         # the renderer's function, not a method of the engine: no reference cycle, so an engine dropped
         # frees its KV pool at once rather than at the next full garbage collection

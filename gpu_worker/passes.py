@@ -20,6 +20,10 @@ log = logging.getLogger("gpu_worker")
 # preparation of an operation's next chunk (its requests inserted, its first pass planned) overlaps
 # with this many passes of the device's work. Stream order keeps reused KV slots safe.
 IN_FLIGHT = 2
+# jobs of the first pass launched while nothing is in flight (the device idle), on a GPU: the device starts
+# after a plan of this many jobs instead of a full pass's (a join's first pass holds ~2,000 partner jobs,
+# ~25 us each to plan and build on the host), and the next pass is planned while it runs
+FIRST_PASS_JOBS = 256
 TREE_COUNTERS = {"kv_kept_tokens": "kept_tokens", "kv_kept_unread_tokens": "kept_unread_tokens",
                  "evict_visited": "evict_visited", "evicted_nodes": "evicted_nodes"}
 
@@ -48,8 +52,9 @@ class Passes:
     """
 
     def __init__(self, runner: ModelRunner, kv_slots: int, token_budget: int, ctx_budget: int, n_head: int,
-                 share: bool, stats: dict):
+                 share: bool, stats: dict, first_jobs: int = 0):
         self.runner = runner
+        self.first_jobs = first_jobs  # most jobs of a pass launched while none is in flight, 0: no limit
         self.kv_slots, self.token_budget, self.ctx_budget = kv_slots, token_budget, ctx_budget
         self.n_head = n_head  # logits per request (the answer tokens' columns)
         self.share = share  # prefix caching: requests share their common prefixes
@@ -148,7 +153,7 @@ class Passes:
         while not sched.done:
             if hold and sched.passes_planned and sched.left <= (len(sched.ends) - sched.left) // sched.passes_planned:
                 break
-            jobs = sched.next_pass()
+            jobs = sched.next_pass(0 if in_flight else self.first_jobs)
             if not jobs:
                 raise RuntimeError("scheduler made no progress (a bug): no job could run")
             in_flight.append((self.runner.run(jobs), out))

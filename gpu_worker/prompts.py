@@ -18,6 +18,8 @@ either way.
 """
 from __future__ import annotations
 
+import json
+import re
 import string
 from dataclasses import dataclass
 
@@ -28,6 +30,33 @@ LETTERS = string.ascii_uppercase
 CUE = "\nAnswer Yes or No."
 SEGMENT_CACHE = 4096  # distinct segments kept tokenized
 ENCODE_BATCH = 128  # documents per call of the Rust tokenizer (encode_docs)
+# A longer document is tokenized as pieces of at least this many characters, all in one batched call (the
+# Rust tokenizer runs one thread per input: a 5,000-word join anchor took ~30 ms on one core of an H200 host
+# however many were idle, and the first pass waits for it). Only where the tokenizer is byte-level BPE with
+# its regex word split and no normalizer but NFC: every piece after the first starts with a space between
+# two word characters, where that split starts a new word anyway (no match of its regex runs across a
+# space after a word character, and what it matches from a position depends only on the text after it),
+# so the pieces' ids are the document's own. A probe text checks it once per tokenizer.
+PIECE_CHARS = 4096
+_PIECE_CUT = re.compile(r"(?<=\w) (?=\w)")
+_PIECE_PROBE = ("It's 9:30 -- the   quick\tbrown fox's 12,345 jumps!! Über naïve café ... "
+                "emoji 😀 ok\n\n  new paragraph   with  spaces, 'quotes' and \"double\" <|im_end|> x_y 3.14 end ")
+
+
+def pieces_of(text: str, size: int) -> list[str]:
+    """`text` cut before spaces between two word characters into pieces of at least `size` characters
+    (the last may be shorter); [text] when size is 0 or the text is no longer."""
+    if not size or len(text) <= size:
+        return [text]
+    out, lo = [], 0
+    while len(text) - lo > size:
+        m = _PIECE_CUT.search(text, lo + size)
+        if m is None:
+            break
+        out.append(text[lo:m.start()])
+        lo = m.start()
+    out.append(text[lo:])
+    return out
 
 
 class PromptTooLong(ValueError):
@@ -90,6 +119,7 @@ class PromptRenderer:
         self.tok = tokenizer
         self._cache: dict[str, list[int]] = {}
         self._docs_tok = None  # the tokenizer of text (special-token parsing off), built on first use
+        self.piece_chars = 0  # pieces of a long document (PIECE_CHARS) where the tokenizer allows, 0: whole
         pre, post = self._chat_frame()
         # the frame comes from the model's chat template: its control tokens are meant
         self.pre = self.tok.encode(pre, add_special_tokens=False)
@@ -136,6 +166,7 @@ class PromptRenderer:
                 self._docs_tok.encode_special_tokens = True
                 self._docs_tok.no_padding()
                 self._docs_tok.no_truncation()
+                self.piece_chars = PIECE_CHARS if self._pieces_exact(backend.to_str()) else 0
             else:
                 self._docs_tok = False
         if self._docs_tok is False:
@@ -143,8 +174,30 @@ class PromptRenderer:
         # in batches: the Rust call hands its results to Python in one step that holds the GIL (~20 us a
         # document), so a thread launching the device's work meanwhile waits at most one batch's worth
         n = ENCODE_BATCH
-        return [e.ids for i in range(0, len(texts), n)
-                for e in self._docs_tok.encode_batch(texts[i:i + n], add_special_tokens=False)]
+        pieces, owner = [], []
+        for k, t in enumerate(texts):
+            for p in pieces_of(t, self.piece_chars):
+                pieces.append(p)
+                owner.append(k)
+        if len(pieces) == len(texts):
+            return [e.ids for i in range(0, len(texts), n)
+                    for e in self._docs_tok.encode_batch(texts[i:i + n], add_special_tokens=False)]
+        out: list[list[int]] = [[] for _ in texts]
+        for i in range(0, len(pieces), n):
+            for k, e in zip(owner[i:i + n], self._docs_tok.encode_batch(pieces[i:i + n], add_special_tokens=False)):
+                out[k].extend(e.ids)
+        return out
+
+    def _pieces_exact(self, spec: str) -> bool:
+        """Whether this tokenizer gives a document's ids from its pieces (PIECE_CHARS): a byte-level
+        regex word split and no normalizer but NFC, confirmed on a probe text cut at every place."""
+        cfg = json.loads(spec)
+        norm, pre = cfg.get("normalizer"), cfg.get("pre_tokenizer") or {}
+        if (norm is not None and norm.get("type") != "NFC") or pre.get("type") != "ByteLevel" or not pre.get("use_regex"):
+            return False
+        whole = self._docs_tok.encode(_PIECE_PROBE, add_special_tokens=False).ids
+        parts = self._docs_tok.encode_batch(pieces_of(_PIECE_PROBE, 1), add_special_tokens=False)
+        return [i for e in parts for i in e.ids] == whole
 
     def _single(self, words) -> list[int]:
         out = []

@@ -114,7 +114,8 @@ class Scheduler:
     def done(self) -> bool:
         return self.cursor >= len(self.order)
 
-    def next_pass(self) -> list[Job]:
+    def next_pass(self, max_jobs: int = 0) -> list[Job]:
+        """The jobs of the next pass: as many as its token budget holds, and at most `max_jobs` when > 0."""
         self.passes_planned += 1
         self.tree.passes += 1  # pass ids are unique over the tree's life
         self.pass_id = self.tree.passes
@@ -135,6 +136,8 @@ class Scheduler:
                 continue
             jobs.append(job)
             room -= job.num_tokens
+            if len(jobs) == max_jobs:
+                break
         while self.cursor < len(self.order) and self.served[self.order[self.cursor]]:
             self.cursor += 1
         return jobs

@@ -51,10 +51,11 @@ class Attention(nn.Module):
         self.qkv_weight = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight]).contiguous()
         del self.q_proj, self.k_proj, self.v_proj
 
-    def forward(self, x, positions, rope, meta, kv, layer: int, ops, fp8: bool = False, rows=None):
+    def forward(self, x, positions, rope, meta, kv, layer: int, ops, fp8: bool = False, rows=None, residual=None):
         """x: [T, hidden], or its quantized rows (q, scale) when fp8. rows: int64 [n] packed rows whose
         output is wanted (the last layer's answer positions: every row's K and V are still stored,
-        only these rows go through the output projection), or None for all."""
+        only these rows go through the output projection), or None for all. residual: the output is
+        added into it in place (`ops.linear_add`) and it is returned."""
         T = x[0].shape[0] if fp8 else x.shape[0]
         dtype = self.o_proj.weight.dtype
         qkv = project(x, self.qkv_weight, self.qkv_fp8 if fp8 else None, dtype, ops)  # [T, (n_q + 2 n_kv) * d]
@@ -73,6 +74,8 @@ class Attention(nn.Module):
             o = o.index_select(0, rows)  # [n, n_q * d]
         if fp8:
             return project(ops.quant_rows(o), None, self.o_fp8, dtype, ops)
+        if residual is not None:
+            return ops.linear_add(o, self.o_proj.weight, residual)
         return ops.linear(o, self.o_proj.weight)
 
 
@@ -102,12 +105,16 @@ class MLP(nn.Module):
 
         return deinterleave_gate_up(self.gate_up_weight, self.gate_up_block)
 
-    def forward(self, x, ops, fp8: bool = False):
+    def forward(self, x, ops, fp8: bool = False, residual=None):
+        """The MLP's output; residual: added into it in place (`ops.linear_add`) and returned instead."""
         if fp8:
             dtype = self.down_proj.weight.dtype
             gate_up = project(x, None, self.gate_up_fp8, dtype, ops)
             return project(ops.silu_and_mul(gate_up, quant=True), None, self.down_fp8, dtype, ops)
-        return ops.linear(ops.swiglu(x, self.gate_up_weight, self.gate_up_block), self.down_proj.weight)
+        act = ops.swiglu(x, self.gate_up_weight, self.gate_up_block)
+        if residual is not None:
+            return ops.linear_add(act, self.down_proj.weight, residual)
+        return ops.linear(act, self.down_proj.weight)
 
 
 class DecoderLayer(nn.Module):
@@ -184,8 +191,15 @@ class DecoderLM(nn.Module):
         q8 = self.fp8
         x, residual = ops.rmsnorm(h, layers[0].input_layernorm.weight, self.cfg.rms_eps, quant=q8), h
         out_rows = meta.logit_index
+        in_gemm = getattr(ops, "residual_gemm", False) and not q8  # the residual added by the projections
         for i, layer in enumerate(layers):
             last_layer = i + 1 == len(layers)
+            if in_gemm and not last_layer:
+                residual = layer.self_attn(x, positions, self.rope, meta, kv, i, ops, residual=residual)
+                x = ops.rmsnorm(residual, layer.post_attention_layernorm.weight, layer.eps)
+                residual = layer.mlp(x, ops, residual=residual)
+                x = ops.rmsnorm(residual, layers[i + 1].input_layernorm.weight, layer.eps)
+                continue
             # the last layer's output matters at the answer positions only: its K and V are stored for
             # every row, the output projection, residual and MLP run on those rows (no later layer reads
             # the others)

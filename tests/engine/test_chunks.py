@@ -169,3 +169,33 @@ def test_the_tokenizer_leaves_a_core_to_the_launching_thread():
     cores = len(os.sched_getaffinity(0))
     assert _rayon_env_after_engine({}) == (str(cores - 1) if cores > 1 else "None")
     assert _rayon_env_after_engine({"RAYON_NUM_THREADS": "7"}) == "7"
+
+
+def test_the_first_pass_after_an_idle_device_holds_at_most_first_jobs(eng256):
+    """With `first_jobs` (on a GPU by default) the pass launched while nothing is in flight stops after that
+    many jobs, so the device starts after a short plan; later passes fill the budget; the margins are
+    those of uncapped passes."""
+    e = eng256
+    anchors = _texts(6, 30, 50, 11)
+    rng = np.random.default_rng(12)
+    partners = [" ".join(rng.choice(WORDS, int(rng.integers(1, 4)))) for _ in range(30)]
+    docs = _texts(20, 3, 6, 13)
+    assert e.passes.first_jobs == 0  # none on a CPU: the host computes the passes itself
+    want_j, want_f = e.join(anchors, partners, JQ), e.filter(docs, [Q])
+    sizes: list[int] = []
+    run = e.runner.run
+    e.runner.run = lambda jobs: sizes.append(len(jobs)) or run(jobs)
+    try:
+        e.passes.first_jobs = 5
+        e._new_tree()  # nothing resident: every job computed again
+        got_j = e.join(anchors, partners, JQ)
+        join_sizes = list(sizes)
+        sizes.clear()
+        got_f = e.filter(docs, [Q])
+    finally:
+        e.runner.run = run
+        e.passes.first_jobs = 0
+    assert join_sizes[0] == 5 and max(join_sizes[1:]) > 5  # the first pass capped, the next ones not
+    assert sizes[0] == 5 and len(sizes) >= 2
+    assert np.allclose(got_j, want_j, atol=1e-5) and np.allclose(got_f, want_f, atol=1e-5)
+    assert not e.passes.in_flight

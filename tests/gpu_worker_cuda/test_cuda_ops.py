@@ -285,6 +285,27 @@ def test_fused_swiglu_gives_the_margins_of_cublas_and_silu():
 
 
 @needs_cuda
+def test_residual_added_in_the_gemm_gives_the_margins_of_the_add_and_norm_kernel():
+    """bf16: the output and down projections adding into the residual (CudaOps.linear_add, the default) give
+    the margins of a plain product followed by the fused add + RMSNorm kernel, on fresh KV each way."""
+    rng = np.random.default_rng(5)
+    docs = [rng.integers(20, 49000, int(n)).tolist() for n in rng.integers(30, 300, 40)]
+    eng = Engine(EngineConfig(model="tiny-qwen3-random", device="cuda", dtype="bfloat16"))
+    assert eng.rt.ops.residual_gemm
+    head, tail = eng.renderer.filter_parts("Is it about fruit?")
+    reqs = [(head + d, tail) for d in docs]
+    fused = eng._margins(eng._run(reqs))
+    eng.rt.ops.residual_gemm = False  # (an instance attribute over the class's)
+    eng._new_tree()
+    eng.reset_stats()
+    plain = eng._margins(eng._run(reqs))
+    assert eng.stats["fresh_tokens"] > sum(len(d) for d in docs)
+    np.testing.assert_allclose(fused, plain, atol=0.05 * max(1.0, float(np.abs(plain).max())))
+    big = np.abs(plain) > 0.1
+    assert (np.sign(fused[big]) == np.sign(plain[big])).mean() >= 0.95
+
+
+@needs_cuda
 def test_bf16_engine_agrees_with_float32():
     rng = np.random.default_rng(1)
     docs = [rng.integers(20, 49000, int(n)).tolist() for n in rng.integers(30, 200, 24)]
