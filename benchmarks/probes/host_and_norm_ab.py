@@ -11,6 +11,7 @@ JOIN 8 x 1,000 under each variant (runs interleaved round-robin), FILTER 2,048 x
 sign agreement where |m| > 0.1), and the tokenization of 8 anchors of ~5,000 words whole and in pieces.
 
     PYTHONPATH=.:benchmarks python3 benchmarks/probes/host_and_norm_ab.py --tokenizer .cache/tok --commit $C --out $OUT
+    ... --join-only --runs 10 --join-variants all_but_first,all      # the first-pass cap alone, JOIN only
 """
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ from gpu_worker.passes import FIRST_PASS_JOBS  # noqa: E402
 from gpu_worker.prompts import PIECE_CHARS  # noqa: E402
 
 VARIANTS = {"none": (0, 0, False), "first": (FIRST_PASS_JOBS, 0, False), "pieces": (0, PIECE_CHARS, False),
-            "resid": (0, 0, True), "all": (FIRST_PASS_JOBS, PIECE_CHARS, True)}
+            "resid": (0, 0, True), "all": (FIRST_PASS_JOBS, PIECE_CHARS, True),
+            "all_but_first": (0, PIECE_CHARS, True)}
 
 
 def set_variant(eng, name):
@@ -74,6 +76,9 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--bio2-anchors", type=int, default=40)
+    ap.add_argument("--join-variants", default="none,first,pieces,resid,all",
+                    help="JOIN's variants; --join-only: JOIN alone (no FILTER, BIO-2, margins)")
+    ap.add_argument("--join-only", action="store_true")
     ap.add_argument("--smoke", action="store_true", help="a tiny model on the CPU, small sizes (checks the script)")
     args = ap.parse_args()
     n = dict(words=5000, filter_docs=2048, doc_words=300, bio2_lo=4500, bio2_hi=5501, partners=1000, bio2_partners=1127)
@@ -111,7 +116,7 @@ def main():
     partners = w.partners(n["partners"])
     join = res.setdefault("JOIN 8x1000", {})
     for r in range(args.runs):
-        for v in VARIANTS:
+        for v in args.join_variants.split(","):
             set_variant(eng, v)
             anchors = w.texts(8, n["words"])
             _, st = timed(eng, lambda: eng.join(anchors, partners, wl.JOIN_QUESTION), rate, 8 * len(partners))
@@ -120,6 +125,10 @@ def main():
         save()
     for v, runs in join.items():
         res.setdefault("JOIN median requested tok/s", {})[v] = float(np.median([s["requested_tok_s"] for s in runs]))
+    print("JOIN medians", res["JOIN median requested tok/s"], flush=True)
+    save()
+    if args.join_only:
+        return
 
     docs_f = w.texts(n["filter_docs"], n["doc_words"])
     filt = res.setdefault("FILTER 2048x300", {})
