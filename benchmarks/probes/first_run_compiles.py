@@ -54,7 +54,7 @@ def main():
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     dev = torch.device("cuda")
-    eng = Engine(EngineConfig(model="qwen3-4b-random", tokenizer=args.tokenizer))
+    eng = Engine(EngineConfig(model="qwen3-4b-random", device="cuda", tokenizer=args.tokenizer))
     w = Words(eng.tokenizer, 1)
     eng.join(w.texts(2, 500), w.partners(50), wl.JOIN_QUESTION)  # public_bench's warm-up
     eng.filter(w.texts(64, 300), [wl.QUESTION])
@@ -92,6 +92,7 @@ def main():
                "passes": eng.stats["forward_passes"], "requested_tok_s": eng.stats["requested_tokens"] / wall}
         res["calls"].append(row)
         print(row, flush=True)
+        (Path(args.out) / "first_run_compiles.json").write_text(json.dumps(res, indent=1))
     res["compiled_total"] = compiled(fns)
     (Path(args.out) / "first_run_compiles.json").write_text(json.dumps(res, indent=1))
 
