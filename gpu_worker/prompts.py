@@ -190,10 +190,13 @@ class PromptRenderer:
 
     def _pieces_exact(self, spec: str) -> bool:
         """Whether this tokenizer gives a document's ids from its pieces (PIECE_CHARS): a byte-level
-        regex word split and no normalizer but NFC, confirmed on a probe text cut at every place."""
+        regex word split and no normalizer but NFC, no added token with a space inside (matched before the
+        split, one could straddle a cut), confirmed on a probe text cut at every place."""
         cfg = json.loads(spec)
         norm, pre = cfg.get("normalizer"), cfg.get("pre_tokenizer") or {}
         if (norm is not None and norm.get("type") != "NFC") or pre.get("type") != "ByteLevel" or not pre.get("use_regex"):
+            return False
+        if any(" " in t.get("content", "") for t in cfg.get("added_tokens") or []):
             return False
         whole = self._docs_tok.encode(_PIECE_PROBE, add_special_tokens=False).ids
         parts = self._docs_tok.encode_batch(pieces_of(_PIECE_PROBE, 1), add_special_tokens=False)

@@ -67,3 +67,7 @@ def test_other_tokenizers_take_whole_documents(renderer):
     assert not r._pieces_exact(json.dumps(lower))
     plain = dict(spec, pre_tokenizer=dict(spec["pre_tokenizer"], use_regex=False))
     assert not r._pieces_exact(json.dumps(plain))
+    phrase = dict(spec, added_tokens=spec["added_tokens"] + [
+        {"id": 49152, "content": "adverse reaction", "single_word": False, "lstrip": False, "rstrip": False,
+         "normalized": False, "special": False}])
+    assert not r._pieces_exact(json.dumps(phrase))  # an added token a cut could split
