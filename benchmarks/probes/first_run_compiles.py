@@ -4,6 +4,11 @@ after the public benchmark's warm-up, the Triton kernels compiled during it (new
 allocator's device allocations, the prefix tree's evictions, and the wall. Fresh texts every call.
 
     PYTHONPATH=.:benchmarks python3 benchmarks/probes/first_run_compiles.py --tokenizer .cache/tok --commit $C --out $OUT
+
+At 1b593ae (results/h200_1b593ae): no kernel compiled and no device allocation in any call, yet the first
+JOIN and BIO-2 calls ran 0.35-0.4 s slower. Not run yet: the same with every CUDA module loaded at start
+(cuBLAS's kernels for a pass shape not seen before are otherwise loaded at their first launch):
+    CUDA_MODULE_LOADING=EAGER PYTHONPATH=.:benchmarks python3 benchmarks/probes/first_run_compiles.py ...
 """
 from __future__ import annotations
 
