@@ -162,11 +162,12 @@ class PromptRenderer:
             if backend is not None and hasattr(backend, "encode_special_tokens"):
                 from tokenizers import Tokenizer
 
-                self._docs_tok = Tokenizer.from_str(backend.to_str())
+                spec = backend.to_str()
+                self._docs_tok = Tokenizer.from_str(spec)
                 self._docs_tok.encode_special_tokens = True
                 self._docs_tok.no_padding()
                 self._docs_tok.no_truncation()
-                self.piece_chars = PIECE_CHARS if self._pieces_exact(backend.to_str()) else 0
+                self.piece_chars = PIECE_CHARS if self._pieces_exact(spec) else 0
             else:
                 self._docs_tok = False
         if self._docs_tok is False:
@@ -179,9 +180,6 @@ class PromptRenderer:
             for p in pieces_of(t, self.piece_chars):
                 pieces.append(p)
                 owner.append(k)
-        if len(pieces) == len(texts):
-            return [e.ids for i in range(0, len(texts), n)
-                    for e in self._docs_tok.encode_batch(texts[i:i + n], add_special_tokens=False)]
         out: list[list[int]] = [[] for _ in texts]
         for i in range(0, len(pieces), n):
             for k, e in zip(owner[i:i + n], self._docs_tok.encode_batch(pieces[i:i + n], add_special_tokens=False)):

@@ -15,15 +15,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import bench_workloads as wl  # noqa: E402
-from gpu_bench import sync  # noqa: E402
-from public_bench import Words  # noqa: E402
+from public_bench import Words, timed  # noqa: E402
 
 import quail_kernels  # noqa: E402
 from gpu_worker import Engine, EngineConfig  # noqa: E402
@@ -81,20 +79,16 @@ def main():
     for name, fn in calls:
         before = compiled(fns)
         mem = torch.cuda.memory_stats(dev)
-        eng.reset_stats()
-        sync(dev)
-        t0 = time.perf_counter()
-        fn()
-        sync(dev)
-        wall = time.perf_counter() - t0
+        _, st = timed(eng, dev, fn)
+        wall = st["wall_s"]
         after = compiled(fns)
         mem2 = torch.cuda.memory_stats(dev)
         new = {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
         row = {"call": name, "wall_s": round(wall, 4), "new_compiles": new,
                "device_allocs": mem2.get("num_device_alloc", 0) - mem.get("num_device_alloc", 0),
                "alloc_retries": mem2.get("num_alloc_retries", 0) - mem.get("num_alloc_retries", 0),
-               "evicted_nodes": eng.stats.get("evicted_nodes"), "evict_visited": eng.stats.get("evict_visited"),
-               "passes": eng.stats["forward_passes"], "requested_tok_s": eng.stats["requested_tokens"] / wall}
+               "evicted_nodes": st.get("evicted_nodes"), "evict_visited": st.get("evict_visited"),
+               "passes": st["forward_passes"], "requested_tok_s": st["requested_tok_s"]}
         res["calls"].append(row)
         print(row, flush=True)
         (Path(args.out) / "first_run_compiles.json").write_text(json.dumps(res, indent=1))

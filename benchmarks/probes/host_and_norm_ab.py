@@ -26,8 +26,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import bench_workloads as wl  # noqa: E402
-from gpu_bench import count_pairs, matmul_rate, sol_seconds, sync  # noqa: E402
-from public_bench import Words  # noqa: E402
+from gpu_bench import count_pairs, matmul_rate, sign_report  # noqa: E402
+from public_bench import Words, timed, with_sol  # noqa: E402
 
 from gpu_worker import Engine, EngineConfig  # noqa: E402
 from gpu_worker.passes import FIRST_PASS_JOBS  # noqa: E402
@@ -46,27 +46,11 @@ def set_variant(eng, name):
         eng.rt.ops.residual_gemm = resid
 
 
-def timed(eng, fn, rate, n_prompts):
-    eng.reset_stats()
-    eng.attended_pairs = 0
-    sync(eng.rt.device)
-    t0 = time.perf_counter()
-    m = fn()
-    sync(eng.rt.device)
-    wall = time.perf_counter() - t0
-    st = eng.stats
-    sol, _ = sol_seconds(eng.model_config, st["fresh_tokens"], eng.attended_pairs, n_prompts,
-                         len(eng.renderer.answers.head_ids), rate)
-    return m, {"wall_s": round(wall, 4), "requested_tok_s": st["requested_tokens"] / wall,
-               "pct_sol": 100 * sol / wall, "passes": st["forward_passes"], "fresh": st["fresh_tokens"]}
-
-
-def agree(a, b):
-    ok = ~(np.isnan(a) | np.isnan(b))
-    a, b = a[ok], b[ok]
-    big = np.abs(a) > 0.1
-    return {"max_abs_diff": float(np.abs(a - b).max()), "sign_agree": float((np.sign(a[big]) == np.sign(b[big])).mean()),
-            "n": int(big.sum())}
+def run(eng, fn, rate, n_prompts):
+    """public_bench's timing and speed-of-light share of one call."""
+    m, st = timed(eng, eng.rt.device, fn)
+    st = with_sol(eng, st, rate, n_prompts)
+    return m, {k: st[k] for k in ("wall_s", "requested_tok_s", "pct_sol", "forward_passes", "fresh_tokens")}
 
 
 def main():
@@ -119,7 +103,7 @@ def main():
         for v in args.join_variants.split(","):
             set_variant(eng, v)
             anchors = w.texts(8, n["words"])
-            _, st = timed(eng, lambda: eng.join(anchors, partners, wl.JOIN_QUESTION), rate, 8 * len(partners))
+            _, st = run(eng, lambda: eng.join(anchors, partners, wl.JOIN_QUESTION), rate, 8 * len(partners))
             join.setdefault(v, []).append(st)
             print("JOIN", v, st, flush=True)
         save()
@@ -136,7 +120,7 @@ def main():
         for v in ("none", "resid", "all"):
             set_variant(eng, v)
             docs = w.texts(n["filter_docs"], n["doc_words"])
-            _, st = timed(eng, lambda: eng.filter(docs, [wl.QUESTION]), rate, len(docs))
+            _, st = run(eng, lambda: eng.filter(docs, [wl.QUESTION]), rate, len(docs))
             filt.setdefault(v, []).append(st)
             print("FILTER", v, st, flush=True)
         save()
@@ -147,7 +131,7 @@ def main():
         for v in ("none", "all"):
             set_variant(eng, v)
             anchors = w.texts(args.bio2_anchors, lambda: int(w.rng.integers(n["bio2_lo"], n["bio2_hi"])))
-            _, st = timed(eng, lambda: eng.join(anchors, bp, wl.JOIN_QUESTION), rate, len(anchors) * len(bp))
+            _, st = run(eng, lambda: eng.join(anchors, bp, wl.JOIN_QUESTION), rate, len(anchors) * len(bp))
             bio.setdefault(v, []).append(st)
             print("BIO-2", v, st, flush=True)
         save()
@@ -159,8 +143,8 @@ def main():
         set_variant(eng, v)
         eng._new_tree()
         ms[v] = (eng.join(ja, partners, wl.JOIN_QUESTION), eng.filter(docs_f[:256], [wl.QUESTION]))
-    res["margins all vs none"] = {"JOIN 2x1000": agree(ms["none"][0], ms["all"][0]),
-                                  "FILTER 256": agree(ms["none"][1], ms["all"][1])}
+    res["margins all vs none"] = {"JOIN 2x1000": sign_report(ms["none"][0].ravel(), ms["all"][0].ravel()),
+                                  "FILTER 256": sign_report(ms["none"][1].ravel(), ms["all"][1].ravel())}
     print(res["margins all vs none"], flush=True)
     save()
 
