@@ -34,6 +34,7 @@ from quail_kernels._util import query_blocks
 
 from .attention import AttnMeta, split_attention_torch
 from .ops import TorchOps, linear
+from .runner import to_device_aligned
 
 FLASH_DTYPES = (torch.bfloat16, torch.float16)
 TRITON_MAX_Q = 512  # "auto": sequences up to this long take the Triton kernel, longer ones flash
@@ -249,16 +250,13 @@ def _shared_base_segments(groups):
 
 
 def _to_device(arrays: dict, device, on_gpu: bool) -> dict:
-    """All index arrays in one pinned host buffer and one non-blocking copy; views per name."""
+    """All index arrays in one pinned host buffer and one non-blocking copy; views per name (on a GPU each
+    16-byte aligned, runner.to_device_aligned)."""
     names = list(arrays)
-    packed = torch.from_numpy(np.concatenate([arrays[n] for n in names]).astype(np.int64))
+    host = [torch.from_numpy(np.asarray(arrays[n], dtype=np.int64)) for n in names]
     if on_gpu:
-        packed = packed.pin_memory().to(device, non_blocking=True)
-    out, off = {}, 0
-    for n in names:
-        out[n] = packed[off:off + len(arrays[n])]
-        off += len(arrays[n])
-    return out
+        return dict(zip(names, to_device_aligned(host, device)))
+    return dict(zip(names, host))
 
 
 def _cat_slots(groups):

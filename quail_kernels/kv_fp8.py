@@ -37,13 +37,13 @@ def _rows(k_ptr, slots_ptr, C, s_k, ROWS: tl.constexpr, D: tl.constexpr):
     return r, ok, k.to(tl.float32)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["C"])  # every pass has its own context length: one kernel for all of them
 def _amax_kernel(k_ptr, slots_ptr, amax_ptr, C, s_k, ROWS: tl.constexpr, D: tl.constexpr):
     _, _, k = _rows(k_ptr, slots_ptr, C, s_k, ROWS, D)
     tl.atomic_max(amax_ptr + tl.program_id(1) * D + tl.arange(0, D), tl.max(tl.abs(k), 0))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["C"])
 def _quant_kernel(k_ptr, slots_ptr, amax_ptr, k8_ptr, C, s_k, s_8, ROWS: tl.constexpr, D: tl.constexpr):
     r, ok, k = _rows(k_ptr, slots_ptr, C, s_k, ROWS, D)
     cols = tl.program_id(1) * D + tl.arange(0, D)

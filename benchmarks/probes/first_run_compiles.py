@@ -5,10 +5,11 @@ allocator's device allocations, the prefix tree's evictions, and the wall. Fresh
 
     PYTHONPATH=.:benchmarks python3 benchmarks/probes/first_run_compiles.py --tokenizer .cache/tok --commit $C --out $OUT
 
-At 1b593ae (results/h200_1b593ae): no kernel compiled and no device allocation in any call, yet the first
-JOIN and BIO-2 calls ran 0.35-0.4 s slower. Not run yet: the same with every CUDA module loaded at start
-(cuBLAS's kernels for a pass shape not seen before are otherwise loaded at their first launch):
-    CUDA_MODULE_LOADING=EAGER PYTHONPATH=.:benchmarks python3 benchmarks/probes/first_run_compiles.py ...
+At 1b593ae (results/h200_1b593ae) it counted no kernel compiled and no device allocation in any call, yet the
+first JOIN and BIO-2 calls ran 0.35-0.4 s slower. At 815fdb9 the same with every CUDA module loaded at start
+(CUDA_MODULE_LOADING=EAGER) ran as slow (results/h200_815fdb9). Its compile count is blind: probes/first_call_trace.py,
+with Triton's jit_post_compile_hook, saw the first JOIN compile the rope kernel for a position view at an
+odd offset (fixed by runner.to_device_aligned).
 """
 from __future__ import annotations
 

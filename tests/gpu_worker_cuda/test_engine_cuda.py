@@ -60,3 +60,20 @@ def test_bf16_join_with_shared_partner_words_agrees_with_float32():
     err, err_plain = np.abs(got - want).max(), np.abs(plain.join(anchors, partners, "Does 1 mention 2?") - want).max()
     assert err < max(0.1, 1.5 * err_plain), (err, err_plain)
     assert np.corrcoef(got.ravel(), want.ravel())[0, 1] > 0.99
+
+
+def test_passes_of_odd_and_even_token_counts_compile_no_kernel_after_the_first():
+    """A pass's index views are 16-byte aligned whatever its token count (runner.to_device_aligned), so
+    Triton compiles nothing new when a pass of the other parity comes (each compile idles the device)."""
+    from triton import knobs
+
+    eng = Engine(EngineConfig(model="tiny-qwen3-random", device="cuda"))
+    eng.filter(["a b c d"], ["Is it?"])  # compiles the kernels for its shapes
+    compiled = []
+    knobs.runtime.jit_post_compile_hook = lambda *a, **kw: compiled.append(kw.get("repr"))
+    try:
+        for n in range(5, 9):  # documents of n words: passes of both parities
+            eng.filter([" ".join(["rash"] * n)], ["Is it?"])
+    finally:
+        knobs.runtime.jit_post_compile_hook = None
+    assert compiled == []
