@@ -36,15 +36,26 @@ LOG2E = 1.4426950408889634
 
 
 @triton.jit
-def _seg_step(q, acc, m_i, l_i, kb, vb, ok, qk_scale, MASKED: tl.constexpr):
-    s = tl.dot(q, tl.trans(kb)) * qk_scale  # log2 units (float8 keys: qk_scale per row, [BLOCK_M, 1])
+def _seg_step(q, acc, m_i, l_i, kb, vb, ok, sc_row, sc_mat, MASKED: tl.constexpr, FUSED: tl.constexpr):
+    # sc_row / sc_mat: the logits' scale into log2 units, a scalar or per row ([BLOCK_M] / [BLOCK_M, 1],
+    # float8 keys). FUSED: the raw logits are scaled inside the exponent's argument (one multiply-add per
+    # logit) and P @ V accumulates into the rescaled output in the tensor-core instruction itself
+    s = tl.dot(q, tl.trans(kb))
     if MASKED:
         s = tl.where(ok, s, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(s, 1))
+    if FUSED:
+        m_new = tl.maximum(m_i, tl.max(s, 1) * sc_row)
+        p = tl.exp2(s * sc_mat - m_new[:, None])
+    else:
+        s = s * sc_mat
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        p = tl.exp2(s - m_new[:, None])
     alpha = tl.exp2(m_i - m_new)
-    p = tl.exp2(s - m_new[:, None])
     l_i = l_i * alpha + tl.sum(p, 1)
-    acc = acc * alpha[:, None] + tl.dot(p.to(vb.dtype), vb)
+    if FUSED:
+        acc = tl.dot(p.to(vb.dtype), vb, acc * alpha[:, None])
+    else:
+        acc = acc * alpha[:, None] + tl.dot(p.to(vb.dtype), vb)
     return acc, m_new, l_i
 
 
@@ -54,6 +65,7 @@ def _seg_attn_kernel(
     n_items, n_seg, s_qt, s_qh, s_kt, s_vt, s_ot, s_oh, s_lt, s_lh, qk_scale,
     REP: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
     CAUSAL: tl.constexpr, MERGE: tl.constexpr, TMA: tl.constexpr, UPCAST: tl.constexpr, FP8: tl.constexpr,
+    FUSED: tl.constexpr,
 ):
     item = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -76,8 +88,12 @@ def _seg_attn_kernel(
         q = scaled(qf, sq[:, None])
         if not UPCAST:  # (the interpreter's float8 conversion is wrong: there the query stays float32)
             q = q.to(k_ptr.dtype.element_ty)
-        qk_scale = (sq * qk_scale)[:, None]
-    elif UPCAST:  # Triton's CPU interpreter multiplies 16-bit dots wrongly
+        sc_row = sq * qk_scale
+        sc_mat = sc_row[:, None]
+    else:
+        sc_row = qk_scale
+        sc_mat = qk_scale
+    if UPCAST and not FP8:  # Triton's CPU interpreter multiplies 16-bit dots wrongly
         q = q.to(tl.float32)
     o_ptrs = o_ptr + rows[:, None] * s_ot + head[:, None] * s_oh + dd[None, :]
     l_ptrs = lse_ptr + rows * s_lt + head * s_lh
@@ -112,7 +128,7 @@ def _seg_attn_kernel(
         if UPCAST:
             kb = kb.to(tl.float32)
             vb = vb.to(tl.float32)
-        acc, m_i, l_i = _seg_step(q, acc, m_i, l_i, kb, vb, None, qk_scale, False)
+        acc, m_i, l_i = _seg_step(q, acc, m_i, l_i, kb, vb, None, sc_row, sc_mat, False, FUSED)
     for start in range(n_full * BLOCK_N, hi, BLOCK_N):  # masked blocks: the tail, or the causal diagonal
         c = start + cols
         ok = c < k_len
@@ -124,7 +140,7 @@ def _seg_attn_kernel(
         ok2 = ok[None, :]
         if CAUSAL:
             ok2 = ok2 & (c[None, :] <= tok[:, None])
-        acc, m_i, l_i = _seg_step(q, acc, m_i, l_i, kb, vb, ok2, qk_scale, True)
+        acc, m_i, l_i = _seg_step(q, acc, m_i, l_i, kb, vb, ok2, sc_row, sc_mat, True, FUSED)
     has = l_i > 0.0
     out = acc / tl.where(has, l_i, 1.0)[:, None]
     lse = tl.where(has, (m_i + tl.log2(tl.where(has, l_i, 1.0))) * 0.6931471805599453, float("-inf"))
@@ -148,7 +164,7 @@ def seg_items(q_lens, block_t: int, longest_first: bool = False) -> np.ndarray:
 
 
 def seg_attention(q, k, v, seg, items, block_t, *, causal=False, out=None, lse=None, merge=False,
-                  block_n=None, num_warps=None, num_stages=None, tma=False, amax=None):
+                  block_n=None, num_warps=None, num_stages=None, tma=False, amax=None, fused_step=None):
     """Attention of the query rows of each segment over its key rows (see the module docstring).
 
     q: [T, n_q, d]; k, v: [C, n_kv, d] (heads contiguous: stride(1) == d);
@@ -159,6 +175,9 @@ def seg_attention(q, k, v, seg, items, block_t, *, causal=False, out=None, lse=N
     merged with this one by log-sum-exp. Returns (out, lse).
     amax: k holds float8 keys and amax [n_kv, d] their channel maxima, as quail_kernels.kv_fp8.gather_fp8
     returns them (non-causal only); the query is quantized in the kernel, v stays q's dtype.
+    fused_step: the softmax step's fused form (`_seg_step`), None: where it was measured faster on the
+    H200 (causal segments and float8 keys, 2-4% per call; bf16 contexts ran 2% slower with it:
+    benchmarks/probes/results/h200_324259c_forms/).
     """
     check_tensor("q", q, ndim=3, dtypes=(torch.float16, torch.bfloat16, torch.float32))
     T, n_q, d = q.shape
@@ -215,7 +234,8 @@ def seg_attention(q, k, v, seg, items, block_t, *, causal=False, out=None, lse=N
         out.stride(0), out.stride(1), lse.stride(0), lse.stride(1),
         (1.0 / math.sqrt(d)) * LOG2E,
         REP=rep, BLOCK_T=block_t, BLOCK_M=block_m, BLOCK_N=block_n, D=d, CAUSAL=bool(causal), MERGE=bool(merge),
-        TMA=use_tma, UPCAST=cpu, FP8=fp8, num_warps=num_warps, num_stages=num_stages,
+        TMA=use_tma, UPCAST=cpu, FP8=fp8, FUSED=bool(causal or fp8) if fused_step is None else bool(fused_step),
+        num_warps=num_warps, num_stages=num_stages,
     )
     return out, lse
 

@@ -4,10 +4,15 @@ A JOIN 8 x 1,000 (and optionally BIO-2 scaled to --bio2-anchors anchors) runs th
 default settings; every `quail_kernels.seg_attention` call is timed with CUDA events and classed as
 causal (long sequences: the anchors' own tokens), context (a group's queries over its cached
 context, merged in place) or extra context (the shared words under an anchor, `ctx_seg2`). The
-first call of each kind and pass keeps its inputs; afterwards each kept call is replayed under
-launch variants and its FLOPs (4 * d * heads * attended pairs, from its segments) give TFLOP/s.
+first call of each kind and pass keeps its inputs; afterwards each kept call is replayed with the
+softmax step plain and fused (both orders, averaged) and its FLOPs (4 * d * heads * attended pairs, from its segments) give TFLOP/s.
 
-    PYTHONPATH=. python3 benchmarks/probes/ctx_replay.py --tokenizer .cache/tok --out $OUT
+    PYTHONPATH=.:benchmarks python3 benchmarks/probes/ctx_replay.py --tokenizer .cache/tok --bio2-anchors 16 --out $OUT
+    ... --quantize fp8 --keep 6           # the FP8 engine's calls (float8 context keys)
+
+results/h200_324259c_forms/: the kernel then had the two halves of the fused step as separate switches
+(scale in the exponent's multiply-add: "fma"; P @ V accumulated in the dot: "dot_acc"); the first run there
+also tried Triton's warp specialization of the key loop ("ws", no gain).
 """
 from __future__ import annotations
 
@@ -96,6 +101,7 @@ def main(argv=None):
     ap.add_argument("--model", default="qwen3-4b-random")
     ap.add_argument("--bio2-anchors", type=int, default=0)
     ap.add_argument("--keep", type=int, default=12)
+    ap.add_argument("--quantize", default=None)
     ap.add_argument("--out", default="/tmp/ctx_replay")
     ap.add_argument("--commit", default="unknown")
     ap.add_argument("--smoke", action="store_true", help="CPU, tiny model, small sizes (Triton's interpreter)")
@@ -106,7 +112,7 @@ def main(argv=None):
     sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
 
     Path(a.out).mkdir(parents=True, exist_ok=True)
-    eng = Engine(EngineConfig(model=a.model, device=dev, tokenizer=a.tokenizer))
+    eng = Engine(EngineConfig(model=a.model, device=dev, tokenizer=a.tokenizer, quantize=a.quantize))
     w = Words(eng.tokenizer, 41)
     eng.join(w.texts(2, 500), w.partners(50), wl.JOIN_QUESTION)  # compile
     kmod = eng.rt.ops.kernels
@@ -140,8 +146,11 @@ def main(argv=None):
         print(name, f"wall {wall:.2f}s", {k: (v["calls"], round(v["ms"], 1), round(v["tflops"])) for k, v in by.items()},
               flush=True)
     kmod.seg_attention = rec.orig
-    variants = {"default": {}, "n64": {"block_n": 64}, "s2": {"num_stages": 2}, "s4": {"num_stages": 4},
-                "no_tma": {"tma": False}, "w4": {"num_warps": 4}, "m64": {"block_m": 64}, "m256_n64": {"block_m": 256, "block_n": 64}}
+    # the softmax step's two forms (quail_kernels.seg_attention's `fused_step`), each way round: the first
+    # variant warms the call, the two orders are averaged
+    forms = {"plain": {"fused_step": False}, "fused": {"fused_step": True}}
+    order = list(forms) + list(forms)[::-1]
+    variants = {"default": {}, **{f"{n}#{i}": forms[n] for i, n in enumerate(order)}}
     rows = []
     for e in rec.kept:
         if "tensors" not in e:
@@ -176,8 +185,12 @@ def main(argv=None):
         rows.append(row)
         print({x: row[x] for x in ("causal", "q_rows", "n_seg", "k_rows")},
               {vn: round(row[vn].get("tflops", -1)) for vn in variants}, flush=True)
+        for n in forms:
+            ms = [row[v]["ms"] for v in variants if v.split("#")[0] == n and "ms" in row[v]]
+            row[n] = {"ms_mean": sum(ms) / len(ms), "tflops": flop / (sum(ms) / len(ms) / 1e3) / 1e12} if ms else {}
+        print("   mean of both orders:", {n: round(row[n].get("tflops", -1)) for n in forms}, flush=True)
     res["replay"] = rows
-    (Path(a.out) / "ctx_replay.json").write_text(json.dumps(res, indent=1, default=float))
+    (Path(a.out) / f"ctx_replay{'_' + a.quantize if a.quantize else ''}.json").write_text(json.dumps(res, indent=1, default=float))
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ def _layout(q_lens, k_lens, gap=3):
     return segments(q_start, q_lens, k_start, k_lens), T, C
 
 
-def _check(n_q, n_kv, d, seg, T, C, causal, dtype, merge, block_m, tol):
+def _check(n_q, n_kv, d, seg, T, C, causal, dtype, merge, block_m, tol, fused_step=None):
     g = torch.Generator().manual_seed(T * 31 + C)
     q = torch.randn(T, n_q, d, generator=g).to(dtype)
     if causal:
@@ -48,7 +48,7 @@ def _check(n_q, n_kv, d, seg, T, C, causal, dtype, merge, block_m, tol):
     items = torch.from_numpy(seg_items(seg[1], bt, longest_first=causal)).to(DEVICE)
     out, lse = seg_attention(*(x.to(DEVICE) for x in (q, k, v)), torch.from_numpy(seg).to(DEVICE), items, bt,
                              causal=causal, out=out0.clone().to(DEVICE), lse=lse0.clone().to(DEVICE), merge=merge,
-                             block_n=16)
+                             block_n=16, fused_step=fused_step)
     ref_o, ref_l = seg_attention_ref(q, k, v, seg, causal=causal, out=out0, lse=lse0, merge=merge)
     rows = np.concatenate([np.arange(s, s + n) for s, n in zip(seg[0], seg[1])] + [np.zeros(0, np.int64)])
     other = np.setdiff1d(np.arange(T), rows)
@@ -64,20 +64,22 @@ def _check(n_q, n_kv, d, seg, T, C, causal, dtype, merge, block_m, tol):
 @pytest.mark.parametrize("case", range(len(CASES)))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
 @pytest.mark.parametrize("merge", [False, True])
-def test_grouped_context_matches_ref(case, dtype, merge):
+@pytest.mark.parametrize("fused_step", [False, True], ids=["plain", "fused"])
+def test_grouped_context_matches_ref(case, dtype, merge, fused_step):
     n_q, n_kv, d, lens = CASES[case]
     seg, T, C = _layout([a for a, _ in lens], [b for _, b in lens])
     # bf16: inputs and probabilities rounded to 8 bits, output once more
-    _check(n_q, n_kv, d, seg, T, C, False, dtype, merge, 32, F32_TOL if dtype == torch.float32 else 3e-2)
+    _check(n_q, n_kv, d, seg, T, C, False, dtype, merge, 32, F32_TOL if dtype == torch.float32 else 3e-2, fused_step)
 
 
 @pytest.mark.parametrize("case", range(len(CAUSAL_CASES)))
 @pytest.mark.parametrize("block_m", [16, 64])
-def test_causal_segments_match_ref(case, block_m):
+@pytest.mark.parametrize("fused_step", [False, True], ids=["plain", "fused"])
+def test_causal_segments_match_ref(case, block_m, fused_step):
     n_q, n_kv, d, lens = CAUSAL_CASES[case]
     seg, T, _ = _layout(lens, lens)
     seg[2] = seg[0]  # a sequence's own keys: same rows as its queries
-    _check(n_q, n_kv, d, seg, T, T, True, torch.float32, True, block_m, F32_TOL)
+    _check(n_q, n_kv, d, seg, T, T, True, torch.float32, True, block_m, F32_TOL, fused_step)
 
 
 def test_bad_arguments():
@@ -97,7 +99,8 @@ def test_bad_arguments():
 
 @pytest.mark.skipif(DEVICE != "cuda", reason="the production launch (TMA, 128-key tiles) runs compiled only")
 @pytest.mark.parametrize("merge", [False, True])
-def test_production_launch_matches_ref(merge):
+@pytest.mark.parametrize("fused_step", [None, True], ids=["default", "fused"])
+def test_production_launch_matches_ref(merge, fused_step):
     """The launch the engine uses for shared contexts on the H200 (gpu_worker.cuda_ops.CTX_CONFIG):
     d=128, 32 query / 8 KV heads, 128-row query tiles, 128-key tiles, 3 stages, keys through TMA
     descriptors; bf16, a join's shape (one anchor's partners against its context, odd lengths)."""
@@ -114,7 +117,7 @@ def test_production_launch_matches_ref(merge):
     out, lse = seg_attention(q.cuda(), k.cuda(), v.cuda(), torch.from_numpy(seg).cuda(), items, bt,
                              out=out0.clone().cuda(), lse=lse0.clone().cuda(), merge=merge,
                              block_n=CTX_CONFIG["block_n"], num_warps=CTX_CONFIG["num_warps"],
-                             num_stages=CTX_CONFIG["num_stages"], tma=CTX_CONFIG["tma"])
+                             num_stages=CTX_CONFIG["num_stages"], tma=CTX_CONFIG["tma"], fused_step=fused_step)
     ref_o, ref_l = seg_attention_ref(q, k, v, seg, out=out0, lse=lse0, merge=merge)
     rows = np.concatenate([np.arange(s, s + n) for s, n in zip(seg[0], seg[1])])
     torch.testing.assert_close(out.cpu().float()[rows], ref_o[rows], atol=3e-2, rtol=3e-2)  # bf16 inputs
