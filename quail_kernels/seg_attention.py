@@ -36,7 +36,7 @@ LOG2E = 1.4426950408889634
 
 
 @triton.jit
-def softmax_step(q, acc, m_i, l_i, kb, vb, ok, sc_row, sc_mat, MASKED: tl.constexpr, FUSED: tl.constexpr):
+def _seg_step(q, acc, m_i, l_i, kb, vb, ok, sc_row, sc_mat, MASKED: tl.constexpr, FUSED: tl.constexpr):
     # sc_row / sc_mat: the logits' scale into log2 units, a scalar or per row ([BLOCK_M] / [BLOCK_M, 1],
     # float8 keys). FUSED: the raw logits are scaled inside the exponent's argument (one multiply-add per
     # logit) and P @ V accumulates into the rescaled output in the tensor-core instruction itself
@@ -128,7 +128,7 @@ def _seg_attn_kernel(
         if UPCAST:
             kb = kb.to(tl.float32)
             vb = vb.to(tl.float32)
-        acc, m_i, l_i = softmax_step(q, acc, m_i, l_i, kb, vb, None, sc_row, sc_mat, False, FUSED)
+        acc, m_i, l_i = _seg_step(q, acc, m_i, l_i, kb, vb, None, sc_row, sc_mat, False, FUSED)
     for start in range(n_full * BLOCK_N, hi, BLOCK_N):  # masked blocks: the tail, or the causal diagonal
         c = start + cols
         ok = c < k_len
@@ -140,7 +140,7 @@ def _seg_attn_kernel(
         ok2 = ok[None, :]
         if CAUSAL:
             ok2 = ok2 & (c[None, :] <= tok[:, None])
-        acc, m_i, l_i = softmax_step(q, acc, m_i, l_i, kb, vb, ok2, sc_row, sc_mat, True, FUSED)
+        acc, m_i, l_i = _seg_step(q, acc, m_i, l_i, kb, vb, ok2, sc_row, sc_mat, True, FUSED)
     has = l_i > 0.0
     out = acc / tl.where(has, l_i, 1.0)[:, None]
     lse = tl.where(has, (m_i + tl.log2(tl.where(has, l_i, 1.0))) * 0.6931471805599453, float("-inf"))
@@ -175,7 +175,7 @@ def seg_attention(q, k, v, seg, items, block_t, *, causal=False, out=None, lse=N
     merged with this one by log-sum-exp. Returns (out, lse).
     amax: k holds float8 keys and amax [n_kv, d] their channel maxima, as quail_kernels.kv_fp8.gather_fp8
     returns them (non-causal only); the query is quantized in the kernel, v stays q's dtype.
-    fused_step: the softmax step's fused form (`softmax_step`), None: where it was measured faster on the
+    fused_step: the softmax step's fused form (`_seg_step`), None: where it was measured faster on the
     H200 (causal segments and float8 keys, 2-4% per call; bf16 contexts ran 2% slower with it:
     benchmarks/probes/results/h200_324259c_forms/).
     """

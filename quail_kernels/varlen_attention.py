@@ -10,10 +10,6 @@ A short cached context per sequence (the chat frame every filter prompt
 shares, or a context read by one sequence only) can be read in the same
 program before the sequence's own keys (`kf`, `vf`, `fold`): every key of it
 is visible, and there is no second call and no merge.
-
-Key blocks that every row of a program sees (a context's whole blocks, a
-sequence's blocks below the program's first token) run without masks; only
-the tail and the causal diagonal are masked.
 """
 from __future__ import annotations
 
@@ -24,69 +20,39 @@ import triton
 import triton.language as tl
 
 from quail_kernels._util import check_device, check_tensor
-from quail_kernels.seg_attention import softmax_step
 
 LOG2E = 1.4426950408889634
 
 
 @triton.jit
-def _attend_keys(q, acc, m_i, l_i, k_ptr, v_ptr, k_lo, lo, hi, kvh, tok, s_kt, s_kh, s_vt, s_vh, qk_scale,
-                 BLOCK_N: tl.constexpr, D: tl.constexpr, CAUSAL: tl.constexpr, MASKED: tl.constexpr,
-                 FUSED: tl.constexpr, UPCAST: tl.constexpr):
-    """Online softmax of q [BLOCK_M, D] over keys [k_lo + lo, k_lo + hi) of head kvh, BLOCK_N at a time.
-
-    MASKED=False: every key of every block is visible to every row (blocks below the causal diagonal, whole
-    blocks of a context), so there is no mask and the running maximum is finite after the first block;
-    its step is quail_kernels.seg_attention's `softmax_step` (FUSED: its fused form). MASKED=True: keys
-    past `hi` and, with CAUSAL, keys after a row's token, are masked."""
+def _attend_keys(q, acc, m_i, l_i, k_ptr, v_ptr, k_lo, hi, kvh, tok, s_kt, s_kh, s_vt, s_vh, qk_scale,
+                 BLOCK_N: tl.constexpr, D: tl.constexpr, CAUSAL: tl.constexpr, UPCAST: tl.constexpr):
+    """Online softmax of q [BLOCK_M, D] over keys [k_lo, k_lo + hi) of head kvh."""
     dd = tl.arange(0, D)
-    for start in range(lo, hi, BLOCK_N):
+    for start in range(0, hi, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
+        col_ok = cols < hi
         k_rows = (k_lo + cols).to(tl.int64)
-        k_ptrs = k_ptr + k_rows[:, None] * s_kt + kvh * s_kh + dd[None, :]
-        v_ptrs = v_ptr + k_rows[:, None] * s_vt + kvh * s_vh + dd[None, :]
-        if MASKED:
-            col_ok = cols < hi
-            kb = tl.load(k_ptrs, mask=col_ok[:, None], other=0.0)  # [BLOCK_N, D]
-            vb = tl.load(v_ptrs, mask=col_ok[:, None], other=0.0)
-        else:
-            kb = tl.load(k_ptrs)
-            vb = tl.load(v_ptrs)
+        kb = tl.load(k_ptr + k_rows[:, None] * s_kt + kvh * s_kh + dd[None, :],
+                     mask=col_ok[:, None], other=0.0)  # [BLOCK_N, D]
+        vb = tl.load(v_ptr + k_rows[:, None] * s_vt + kvh * s_vh + dd[None, :],
+                     mask=col_ok[:, None], other=0.0)
         if UPCAST:  # Triton's CPU interpreter multiplies 16-bit dots wrongly
             kb = kb.to(tl.float32)
             vb = vb.to(tl.float32)
-        if MASKED:
-            s = tl.dot(q, tl.trans(kb))
-            ok = col_ok[None, :]
-            if CAUSAL:
-                ok = ok & (cols[None, :] <= tok[:, None])
-            s = tl.where(ok, s * qk_scale, float("-inf"))  # log2 units
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-            alpha = tl.exp2(m_i - m_safe)
-            p = tl.exp2(s - m_safe[:, None])
-            l_i = l_i * alpha + tl.sum(p, 1)
-            acc = acc * alpha[:, None] + tl.dot(p.to(vb.dtype), vb)
-            m_i = m_new
-        else:
-            acc, m_i, l_i = softmax_step(q, acc, m_i, l_i, kb, vb, None, qk_scale, qk_scale, False, FUSED)
+        s = tl.dot(q, tl.trans(kb)) * qk_scale  # log2 units
+        ok = col_ok[None, :]
+        if CAUSAL:
+            ok = ok & (cols[None, :] <= tok[:, None])
+        s = tl.where(ok, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m_i - m_safe)
+        p = tl.exp2(s - m_safe[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(vb.dtype), vb)
+        m_i = m_new
     return acc, m_i, l_i
-
-
-@triton.jit
-def _attend_span(q, acc, m_i, l_i, k_ptr, v_ptr, k_lo, full, hi, kvh, tok, s_kt, s_kh, s_vt, s_vh, qk_scale,
-                 BLOCK_N: tl.constexpr, D: tl.constexpr, CAUSAL: tl.constexpr, SPLIT: tl.constexpr,
-                 FUSED: tl.constexpr, UPCAST: tl.constexpr):
-    """Keys [0, hi) of a span: with SPLIT, the whole blocks below `full` (keys every row sees) unmasked, then
-    the rest masked; without, every block masked."""
-    lo = 0
-    if SPLIT:
-        lo = full // BLOCK_N * BLOCK_N
-        acc, m_i, l_i = _attend_keys(q, acc, m_i, l_i, k_ptr, v_ptr, k_lo, 0, lo, kvh, tok, s_kt, s_kh, s_vt, s_vh,
-                                     qk_scale, BLOCK_N, D, CAUSAL, False, FUSED, UPCAST)
-    return _attend_keys(q, acc, m_i, l_i, k_ptr, v_ptr, k_lo, lo, hi, kvh, tok, s_kt, s_kh, s_vt, s_vh,
-                        qk_scale, BLOCK_N, D, CAUSAL, True, FUSED, UPCAST)
-
 
 # per-pass counts: specializing on them (== 1, % 16) would recompile mid-run
 @triton.jit(do_not_specialize=["n_seq", "n_items"])
@@ -96,7 +62,7 @@ def _varlen_attn_kernel(
     n_items, s_qt, s_qh, s_kt, s_kh, s_vt, s_vh, s_ot, s_oh, s_lt, s_lh,
     s_kft, s_kfh, s_vft, s_vfh, qk_scale,
     REP: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
-    CAUSAL: tl.constexpr, HAS_FOLD: tl.constexpr, SPLIT: tl.constexpr, FUSED: tl.constexpr, UPCAST: tl.constexpr,
+    CAUSAL: tl.constexpr, HAS_FOLD: tl.constexpr, UPCAST: tl.constexpr,
 ):
     # program (item, kv head): BLOCK_T query tokens x REP query heads = BLOCK_M rows
     # row r <-> token first + r // REP, head kvh * REP + r % REP; keys of head kvh
@@ -124,15 +90,13 @@ def _varlen_attn_kernel(
     if HAS_FOLD:  # the sequence's short cached context: every key visible
         f_lo = tl.load(fold_ptr + seq)
         f_len = tl.load(fold_ptr + n_seq + seq)
-        acc, m_i, l_i = _attend_span(q, acc, m_i, l_i, kf_ptr, vf_ptr, f_lo, f_len, f_len, kvh, tok,
-                                     s_kft, s_kfh, s_vft, s_vfh, qk_scale, BLOCK_N, D, False, SPLIT, FUSED, UPCAST)
+        acc, m_i, l_i = _attend_keys(q, acc, m_i, l_i, kf_ptr, vf_ptr, f_lo, f_len, kvh, tok,
+                                     s_kft, s_kfh, s_vft, s_vfh, qk_scale, BLOCK_N, D, False, UPCAST)
     hi = k_len
-    full = k_len
-    if CAUSAL:  # own keys: j visible to token i iff j <= i; keys <= first are visible to every row
+    if CAUSAL:  # own keys: j visible to token i iff j <= i
         hi = tl.minimum(k_len, first + BLOCK_T)
-        full = tl.minimum(k_len, first + 1)
-    acc, m_i, l_i = _attend_span(q, acc, m_i, l_i, k_ptr, v_ptr, k_lo, full, hi, kvh, tok,
-                                 s_kt, s_kh, s_vt, s_vh, qk_scale, BLOCK_N, D, CAUSAL, SPLIT, FUSED, UPCAST)
+    acc, m_i, l_i = _attend_keys(q, acc, m_i, l_i, k_ptr, v_ptr, k_lo, hi, kvh, tok,
+                                 s_kt, s_kh, s_vt, s_vh, qk_scale, BLOCK_N, D, CAUSAL, UPCAST)
     has = l_i > 0.0
     out = acc / tl.where(has, l_i, 1.0)[:, None]
     lse = tl.where(has, (m_i + tl.log2(tl.where(has, l_i, 1.0))) * 0.6931471805599453, float("-inf"))
@@ -150,9 +114,7 @@ def varlen_attention(q, k, v, items, cu_q, cu_k, block_t: int, causal: bool, out
     row offsets of each sequence's queries and keys. Only the rows of `items` are
     written. kf, vf, fold: folded contexts (keys [F, n_kv, d] and per sequence
     (first row, length) int32 [2, n_seq]). launch: block_n / num_warps /
-    num_stages, and the kernel's forms, over the defaults below: `split` (whole key blocks every row
-    sees run without masks) and `fused` (their softmax step in the fused form, as
-    quail_kernels.seg_attention's); both off is the all-masked loop.
+    num_stages over the defaults below.
     """
     check_tensor("q", q, ndim=3, dtypes=(torch.float16, torch.bfloat16, torch.float32))
     check_tensor("items", items, ndim=2, dtype=torch.int32)
@@ -172,7 +134,7 @@ def varlen_attention(q, k, v, items, cu_q, cu_k, block_t: int, causal: bool, out
     kf, vf, fold = (kf, vf, fold) if has_fold else (k, v, cu_q)
     block_m = triton.next_power_of_2(block_t * rep)
     cfg = {"block_n": 64 if block_m >= 128 else 32, "num_warps": 8 if block_m >= 128 else 4, "num_stages": 3,
-           "split": True, "fused": True, **(launch or {})}
+           **(launch or {})}
     _varlen_attn_kernel[(n_items, n_kv)](
         q, k, v, out, lse, items, cu_q, cu_k, kf, vf, fold, cu_q.shape[0] - 1,
         n_items, q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
@@ -180,8 +142,7 @@ def varlen_attention(q, k, v, items, cu_q, cu_k, block_t: int, causal: bool, out
         kf.stride(0), kf.stride(1), vf.stride(0), vf.stride(1),
         (1.0 / math.sqrt(d)) * LOG2E,
         REP=rep, BLOCK_T=block_t, BLOCK_M=block_m, BLOCK_N=cfg["block_n"], D=d, CAUSAL=causal,
-        HAS_FOLD=has_fold, SPLIT=bool(cfg["split"]), FUSED=bool(cfg["fused"]), UPCAST=q.device.type == "cpu",
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+        HAS_FOLD=has_fold, UPCAST=q.device.type == "cpu", num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
     )
     return out, lse
 

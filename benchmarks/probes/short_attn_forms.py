@@ -8,6 +8,11 @@ default). Then whole FILTER calls (2,048 x 300 words, fresh texts every run) thr
 the variants named by --whole, interleaved, order mirrored every round.
 
     PYTHONPATH=.:benchmarks python3 benchmarks/probes/short_attn_forms.py --tokenizer .cache/tok --commit $C --out $OUT
+
+It needs the kernel of 5e6f78b (launch's `split` / `fused`), where it ran (results/h200_5e6f78b/): the
+split forms ran slower per call (FILTER pass 0.54 against 0.50 ms, join partners 0.63 against 0.52 ms at
+the default launch) and in whole FILTER calls (median 7.79 against 7.75 s; FP8 5.00 against 4.88 s), so
+the kernel after 5e6f78b keeps the all-masked loop and has no such switches.
 """
 from __future__ import annotations
 
