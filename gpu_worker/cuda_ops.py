@@ -69,9 +69,7 @@ class AttnPlan:
     kernel, the rest ("long") in quail_kernels.seg_attention (causal segments, in
     place) or in flash attention, compacted by `long_rows` unless every
     sequence is long. A short context used by short sequences is
-    folded into the Triton kernel (`fold`), and one of at most FOLD_CTX tokens
-    used by long sequences in the segment kernel into its causal call
-    (`long_fold`, an anchor's chat frame); every other context is split: its
+    folded into the Triton kernel (`fold`); every other context is split: its
     group's queries attend to it in `ctx_part`, merged by log-sum-exp (a split
     anchor's partner groups fold the words below it).
     """
@@ -91,7 +89,6 @@ class AttnPlan:
     long_bt: int = 0
     ctx_seg2: torch.Tensor | None = None  # int32 [4, n] second context segments (the part below a shared base) ...
     ctx_items2: torch.Tensor | None = None  # ... and their programs
-    long_fold: torch.Tensor | None = None  # int32 [2, n_long] folded contexts of the long sequences (in fold_slots)
 
 
 def _block_t(rep: int) -> int:
@@ -110,16 +107,14 @@ def _ranges(cu: np.ndarray, idx) -> np.ndarray:
 
 
 def build_plan(meta: AttnMeta, device, n_rep: int, self_attn: str = "auto", fold: bool = True,
-               ctx_block_m: int = 0, long_block_m: int = 0, short_max: int = TRITON_MAX_Q,
-               fold_long: bool = True) -> AttnPlan:
+               ctx_block_m: int = 0, long_block_m: int = 0, short_max: int = TRITON_MAX_Q) -> AttnPlan:
     """Index tensors of one pass (one host-to-device copy).
 
     n_rep: query heads per KV head (sets the Triton query block); self_attn:
     "auto", "triton" or "flash" (which sequences are long, see AttnPlan);
     ctx_block_m / long_block_m: query rows per program of quail_kernels.seg_attention
     for the split contexts / the long sequences, 0 for flash attention;
-    short_max: longest "short" sequence under "auto"; fold_long: fold a short context of long sequences
-    into the segment kernel's causal call (with `fold` and long_block_m), else split it.
+    short_max: longest "short" sequence under "auto".
     """
     on_gpu = torch.device(device).type == "cuda"
     cu = np.asarray(meta.cu_seqlens, dtype=np.int64)
@@ -141,10 +136,6 @@ def build_plan(meta: AttnMeta, device, n_rep: int, self_attn: str = "auto", fold
         n = g.seq_hi - g.seq_lo
         short = fold and not long[g.seq_lo:g.seq_hi].any()
         if short and (c <= FOLD_CTX or (n == 1 and c <= FOLD_CTX_SOLO)):
-            piece = g.ctx_slots
-        elif fold and fold_long and long_block_m and c <= FOLD_CTX:
-            # long sequences (an anchor after its chat frame) read a short context in the segment kernel's
-            # causal call, the group's short ones in the Triton kernel: no context call over it, no merge
             piece = g.ctx_slots
         elif short and g.base_key and 0 < g.base_len < c and c - g.base_len <= FOLD_CTX:
             # the base (an anchor) is split, shared by every group below it; the few words between it and
@@ -173,8 +164,6 @@ def build_plan(meta: AttnMeta, device, n_rep: int, self_attn: str = "auto", fold
             ll, lc = lens[long_idx], cu[long_idx]
             arrays["long_seg"] = np.stack([lc, ll, lc, ll]).ravel()
             arrays["long_items"] = query_blocks(ll, long_bt, longest_first=True).ravel()
-            if fold_rows[1, long_idx].any():
-                arrays["long_fold"] = fold_rows[:, long_idx].ravel()
         else:
             arrays["long_cu"] = np.concatenate([[0], np.cumsum(lens[long_idx])])
             if not long.all():
@@ -222,8 +211,7 @@ def build_plan(meta: AttnMeta, device, n_rep: int, self_attn: str = "auto", fold
                     i32("long_seg").view(4, -1) if "long_seg" in d else None,
                     i32("long_items").view(2, -1) if "long_items" in d else None, long_bt,
                     i32("ctx_seg2").view(4, -1) if "ctx_seg2" in d else None,
-                    i32("ctx_items2").view(2, -1) if "ctx_items2" in d else None,
-                    i32("long_fold").view(2, -1) if "long_fold" in d else None)
+                    i32("ctx_items2").view(2, -1) if "ctx_items2" in d else None)
 
 
 def _shared_base_segments(groups):
@@ -345,7 +333,6 @@ class CudaOps:
         self.long_attn = long_attn
         self.ctx_fp8 = ctx_fp8 and ctx_attn == "fused" and self.kernels is not None
         self.short_max = TRITON_MAX_Q
-        self.fold_long = True  # see build_plan
         self.ctx_config = dict(CTX_CONFIG, **(ctx_config or {}))
         self.ctx_config_fp8 = dict(self.ctx_config, **CTX_CONFIG_FP8)  # float8 keys: merged once
         self.name = "cuda+triton" if self.kernels is not None else "cuda"
@@ -410,7 +397,7 @@ class CudaOps:
                 meta, meta.device_meta.get("device", q.device), q.shape[1] // k.shape[1], self_attn, self.fold,
                 self.ctx_config["block_m"] if self.ctx_attn == "fused" else 0,
                 self.ctx_config["block_m"] if self.long_attn == "seg" else 0,
-                self.short_max, self.fold_long)
+                self.short_max)
         out, lse = self._self_part(q, k, v, k_cache, v_cache, plan)
         cp = plan.ctx_part
         if cp is None:
@@ -461,19 +448,16 @@ class CudaOps:
         if lp is not None and plan.long_rows is None:  # every sequence long, in flash: one call
             return flash_varlen_attention(q, k, v.contiguous(), lp, causal=True, repeat_kv=self.repeat_kv)
         out, lse = torch.empty_like(q), torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)
-        kf = vf = None
-        if plan.fold is not None or plan.long_fold is not None:  # the folded contexts' keys, once per layer
-            kf, vf = k_cache.index_select(0, plan.fold_slots), v_cache.index_select(0, plan.fold_slots)
         if plan.tri is not None:
+            kf = vf = None
+            if plan.fold is not None:
+                kf, vf = k_cache.index_select(0, plan.fold_slots), v_cache.index_select(0, plan.fold_slots)
             t = plan.tri
-            short_fold = {} if plan.fold is None else {"kf": kf, "vf": vf, "fold": plan.fold}
             self.kernels.varlen_attention(q, k, v, t.items, t.cu_q, t.cu_k, t.block_t, causal=True, out=out, lse=lse,
-                                          **short_fold)
+                                          kf=kf, vf=vf, fold=plan.fold)
         if plan.long_seg is not None:  # long sequences in the segment kernel, in place
-            long_fold = {} if plan.long_fold is None else {"kf": kf, "vf": vf, "fold": plan.long_fold}
             self.kernels.seg_attention(q, k, v, plan.long_seg, plan.long_items, plan.long_bt, causal=True,
-                                       out=out, lse=lse, **self._launch(q.device.type == "cuda", q.shape[2]),
-                                       **long_fold)
+                                       out=out, lse=lse, **self._launch(q.device.type == "cuda", q.shape[2]))
         elif lp is not None:
             rows = plan.long_rows
             o_l, lse_l = flash_varlen_attention(*(x.index_select(0, rows) for x in (q, k, v)), lp, causal=True,

@@ -61,11 +61,11 @@ def _seg_step(q, acc, m_i, l_i, kb, vb, ok, sc_row, sc_mat, MASKED: tl.constexpr
 
 @triton.jit(do_not_specialize=["n_items", "n_seg"])
 def _seg_attn_kernel(
-    q_ptr, k_ptr, v_ptr, k_desc, v_desc, o_ptr, lse_ptr, items_ptr, seg_ptr, amax_ptr, kf_ptr, vf_ptr, fold_ptr,
-    n_items, n_seg, s_qt, s_qh, s_kt, s_vt, s_ot, s_oh, s_lt, s_lh, s_kft, s_vft, qk_scale,
+    q_ptr, k_ptr, v_ptr, k_desc, v_desc, o_ptr, lse_ptr, items_ptr, seg_ptr, amax_ptr,
+    n_items, n_seg, s_qt, s_qh, s_kt, s_vt, s_ot, s_oh, s_lt, s_lh, qk_scale,
     REP: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
     CAUSAL: tl.constexpr, MERGE: tl.constexpr, TMA: tl.constexpr, UPCAST: tl.constexpr, FP8: tl.constexpr,
-    FUSED: tl.constexpr, HAS_FOLD: tl.constexpr,
+    FUSED: tl.constexpr,
 ):
     item = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -110,19 +110,6 @@ def _seg_attn_kernel(
         l_i = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, D], tl.float32)
     cols = tl.arange(0, BLOCK_N)
-    if HAS_FOLD:  # the segment's short cached context (a chat frame) before its own keys: every key visible
-        f_lo = tl.load(fold_ptr + g)
-        f_len = tl.load(fold_ptr + n_seg + g)
-        fkp = kf_ptr + (f_lo + cols).to(tl.int64)[:, None] * s_kft + kvh * D + dd[None, :]
-        fvp = vf_ptr + (f_lo + cols).to(tl.int64)[:, None] * s_vft + kvh * D + dd[None, :]
-        for start in range(0, f_len, BLOCK_N):
-            ok = (start + cols) < f_len
-            kb = tl.load(fkp + start * s_kft, mask=ok[:, None], other=0.0)
-            vb = tl.load(fvp + start * s_vft, mask=ok[:, None], other=0.0)
-            if UPCAST:
-                kb = kb.to(tl.float32)
-                vb = vb.to(tl.float32)
-            acc, m_i, l_i = _seg_step(q, acc, m_i, l_i, kb, vb, ok[None, :], sc_row, sc_mat, True, FUSED)
     if CAUSAL:  # keys <= first are visible to every row of the tile; the rest up to the last row's token
         n_full = (first + 1) // BLOCK_N
         hi = tl.minimum(k_len, first + BLOCK_T)
@@ -177,8 +164,7 @@ def seg_items(q_lens, block_t: int, longest_first: bool = False) -> np.ndarray:
 
 
 def seg_attention(q, k, v, seg, items, block_t, *, causal=False, out=None, lse=None, merge=False,
-                  block_n=None, num_warps=None, num_stages=None, tma=False, amax=None, fused_step=None,
-                  kf=None, vf=None, fold=None):
+                  block_n=None, num_warps=None, num_stages=None, tma=False, amax=None, fused_step=None):
     """Attention of the query rows of each segment over its key rows (see the module docstring).
 
     q: [T, n_q, d]; k, v: [C, n_kv, d] (heads contiguous: stride(1) == d);
@@ -192,9 +178,6 @@ def seg_attention(q, k, v, seg, items, block_t, *, causal=False, out=None, lse=N
     fused_step: the softmax step's fused form (`_seg_step`), None: where it was measured faster on the
     H200 (causal segments and float8 keys, 2-4% per call; bf16 contexts ran 2% slower with it:
     benchmarks/probes/results/h200_324259c_forms/).
-    kf, vf, fold (causal only): a short cached context per segment that its query rows see whole before
-    their own keys (an anchor's chat frame), keys [F, n_kv, d] and int32 [2, n_seg] (first row in kf/vf,
-    length; 0 for none), instead of a second call over it and a merge.
     """
     check_tensor("q", q, ndim=3, dtypes=(torch.float16, torch.bfloat16, torch.float32))
     T, n_q, d = q.shape
@@ -220,19 +203,6 @@ def seg_attention(q, k, v, seg, items, block_t, *, causal=False, out=None, lse=N
     if items.shape[0] != 2 or not items.is_contiguous():
         raise ValueError(f"seg_attention: items must be a contiguous int32 [2, n_items], got {tuple(items.shape)}")
     check_device(q=q, k=k, v=v, seg=seg, items=items, **({"amax": amax} if fp8 else {}))
-    has_fold = fold is not None
-    if has_fold:
-        if not causal or merge:
-            raise ValueError("seg_attention: a folded context is for causal segments without merge only")
-        check_tensor("kf", kf, ndim=3, dtype=q.dtype)
-        check_tensor("vf", vf, shape=tuple(kf.shape), dtype=q.dtype)
-        check_tensor("fold", fold, shape=(2, seg.shape[1]), dtype=torch.int32)
-        if kf.shape[1:] != k.shape[1:] or kf.stride(1) != d or vf.stride(1) != d or not fold.is_contiguous():
-            raise ValueError(f"seg_attention: kf/vf must be [F, {n_kv}, {d}] with contiguous heads and fold a "
-                             f"contiguous int32 [2, n_seg], got {tuple(kf.shape)}")
-        check_device(q=q, kf=kf, vf=vf, fold=fold)
-    else:
-        kf, vf, fold = k, v, seg
     rep = n_q // n_kv
     if merge and (out is None or lse is None):
         raise ValueError("seg_attention: merge=True needs the partial out and lse to merge into")
@@ -259,40 +229,34 @@ def seg_attention(q, k, v, seg, items, block_t, *, causal=False, out=None, lse=N
         k_desc = TensorDescriptor.from_tensor(k.reshape(k.shape[0], n_kv * d), [block_n, d])
         v_desc = TensorDescriptor.from_tensor(v.reshape(v.shape[0], n_kv * d), [block_n, d])
     _seg_attn_kernel[(n_items, n_kv)](
-        q, k, v, k_desc, v_desc, out, lse, items, seg, amax, kf, vf, fold,
+        q, k, v, k_desc, v_desc, out, lse, items, seg, amax,
         n_items, seg.shape[1], q.stride(0), q.stride(1), k.stride(0), v.stride(0),
-        out.stride(0), out.stride(1), lse.stride(0), lse.stride(1), kf.stride(0), vf.stride(0),
+        out.stride(0), out.stride(1), lse.stride(0), lse.stride(1),
         (1.0 / math.sqrt(d)) * LOG2E,
         REP=rep, BLOCK_T=block_t, BLOCK_M=block_m, BLOCK_N=block_n, D=d, CAUSAL=bool(causal), MERGE=bool(merge),
         TMA=use_tma, UPCAST=cpu, FP8=fp8, FUSED=bool(causal or fp8) if fused_step is None else bool(fused_step),
-        HAS_FOLD=has_fold, num_warps=num_warps, num_stages=num_stages,
+        num_warps=num_warps, num_stages=num_stages,
     )
     return out, lse
 
 
-def seg_attention_ref(q, k, v, seg, causal=False, out=None, lse=None, merge=False, kf=None, vf=None, fold=None):
-    """float32 reference of `seg_attention` (seg and fold may be host arrays)."""
+def seg_attention_ref(q, k, v, seg, causal=False, out=None, lse=None, merge=False):
+    """float32 reference of `seg_attention` (seg may be a host array)."""
     q_start, q_len, k_start, k_len = (np.asarray(torch.as_tensor(seg).cpu()).astype(np.int64))
     T, n_q, d = q.shape
     rep = n_q // k.shape[1]
     out = torch.zeros(T, n_q, d, dtype=torch.float32) if out is None else out.float().clone()
     lse = torch.full((T, n_q), float("-inf")) if lse is None else lse.float().clone()
-    folds = np.zeros((2, len(q_start)), dtype=np.int64) if fold is None else np.asarray(torch.as_tensor(fold).cpu())
-    for s, n, ks, kn, f0, fn in zip(q_start.tolist(), q_len.tolist(), k_start.tolist(), k_len.tolist(),
-                                    *folds.tolist()):
+    for s, n, ks, kn in zip(q_start.tolist(), q_len.tolist(), k_start.tolist(), k_len.tolist()):
         if n == 0:
             continue
         qg = q[s:s + n].float().transpose(0, 1)  # [n_q, n, d]
-        keys, vals = k[ks:ks + kn].float(), v[ks:ks + kn].float()
-        if fn:
-            keys, vals = torch.cat([kf[f0:f0 + fn].float(), keys]), torch.cat([vf[f0:f0 + fn].float(), vals])
-        kg = keys.repeat_interleave(rep, 1).transpose(0, 1)
-        vg = vals.repeat_interleave(rep, 1).transpose(0, 1)
+        kg = k[ks:ks + kn].float().repeat_interleave(rep, 1).transpose(0, 1)
+        vg = v[ks:ks + kn].float().repeat_interleave(rep, 1).transpose(0, 1)
         sc = qg @ kg.transpose(1, 2) / math.sqrt(d)
         if causal:
-            ok = torch.cat([torch.ones(n, fn, dtype=torch.bool), torch.ones(n, kn, dtype=torch.bool).tril()], 1)
-            sc = sc.masked_fill(~ok, float("-inf"))
-        if kn + fn:
+            sc = sc.masked_fill(~torch.ones(n, kn, dtype=torch.bool).tril(), float("-inf"))
+        if kn:
             lse_g, o_g = torch.logsumexp(sc, -1), torch.softmax(sc, -1) @ vg
         else:
             lse_g, o_g = torch.full((n_q, n), float("-inf")), torch.zeros(n_q, n, d)

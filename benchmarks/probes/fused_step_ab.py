@@ -5,10 +5,6 @@ JOIN 8 x 1,000, fresh texts every run (nothing resident), the two variants inter
 every round.
 
     PYTHONPATH=.:benchmarks python3 benchmarks/probes/fused_step_ab.py --tokenizer .cache/tok --commit $C --out $OUT
-
---ab fold_long (from 2026-12-04 evening): the same joins with a long sequence's short context (an anchor's
-chat frame) folded into the segment kernel's causal call (the default) against split into the context call
-and merged (CudaOps.fold_long = False, the engine before).
 """
 from __future__ import annotations
 
@@ -36,33 +32,24 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--commit", default="unknown")
     ap.add_argument("--out", default="/tmp/fused_step_ab")
-    ap.add_argument("--ab", choices=["fused_step", "fold_long"], default="fused_step")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     eng = Engine(EngineConfig(model=a.model, device="cuda", tokenizer=a.tokenizer, quantize=a.quantize))
     count_pairs(eng)
-    ops = eng.rt.ops
-    kmod = ops.kernels
+    kmod = eng.rt.ops.kernels
     default = kmod.seg_attention
-
-    def use(v):
-        if a.ab == "fold_long":
-            ops.fold_long = v == "default"
-        else:
-            kmod.seg_attention = default if v == "default" else functools.partial(default, fused_step=False)
-
-    variants = ["default", "split" if a.ab == "fold_long" else "plain"]
+    variants = {"default": default, "plain": functools.partial(default, fused_step=False)}
     w = Words(eng.tokenizer, 7)
-    for v in variants:  # compile both forms
-        use(v)
+    for fn in variants.values():  # compile both forms
+        kmod.seg_attention = fn
         eng.join(w.texts(2, 500), w.partners(50), wl.JOIN_QUESTION)
     rate = matmul_rate(eng.rt.device)
-    res = {"commit": a.commit, "ab": a.ab, "quantize": a.quantize, "matmul_tflops": rate, "runs": []}
+    res = {"commit": a.commit, "quantize": a.quantize, "matmul_tflops": rate, "runs": []}
     partners_b, partners_j = w.partners(1127), w.partners(1000)
     for r in range(a.rounds):
-        for v in (variants if r % 2 == 0 else variants[::-1]):
-            use(v)
+        for v in (list(variants) if r % 2 == 0 else list(variants)[::-1]):
+            kmod.seg_attention = variants[v]
             for name, anchors, partners in (
                     (f"BIO-2 {a.bio2_anchors}", w.texts(a.bio2_anchors, lambda: int(w.rng.integers(4500, 5501))),
                      partners_b),
@@ -73,14 +60,14 @@ def main():
                        **{k: st[k] for k in ("wall_s", "requested_tok_s", "pct_sol")}}
                 res["runs"].append(row)
                 print(row, flush=True)
-        (out / f"{a.ab}_ab.json").write_text(json.dumps(res, indent=1))
-    use("default")
+        (out / "fused_step_ab.json").write_text(json.dumps(res, indent=1))
+    kmod.seg_attention = default
     summary = {}
     for row in res["runs"]:
         summary.setdefault(row["workload"], {}).setdefault(row["variant"], []).append(row["wall_s"])
     res["median_wall_s"] = {wk: {v: statistics.median(x) for v, x in d.items()} for wk, d in summary.items()}
     print("median wall s:", res["median_wall_s"], flush=True)
-    (out / f"{a.ab}_ab.json").write_text(json.dumps(res, indent=1))
+    (out / "fused_step_ab.json").write_text(json.dumps(res, indent=1))
 
 
 if __name__ == "__main__":

@@ -94,21 +94,6 @@ def test_build_plan_long_sequences_go_to_flash():
     assert all_long.tri is None and all_long.long_rows is None and all_long.fold is None
 
 
-def test_build_plan_folds_a_short_context_into_long_sequences_in_the_segment_kernel():
-    # two anchors after a 40-slot chat frame (one long, one short), a long one after a 200-slot context
-    meta = make_meta([600, 300, 700], [(2, list(range(40))), (1, list(range(40, 240)))])
-    plan = build_plan(meta, "cpu", n_rep=4, self_attn="auto", long_block_m=128)
-    assert plan.long_seg.tolist() == [[0, 900], [600, 700], [0, 900], [600, 700]]
-    assert plan.long_fold.tolist() == [[0, 0], [40, 0]]  # the frame folded; the 200-slot context is not
-    assert plan.fold.tolist() == [[0, 0, 0], [40, 40, 0]]  # the short anchor reads the same frame rows
-    assert plan.fold_slots.tolist() == list(range(40))
-    assert plan.ctx_part.cu_k.tolist() == [0, 200] and plan.ctx_seg is None
-    flash = build_plan(meta, "cpu", n_rep=4, self_attn="auto")  # long sequences in flash: the frame is split
-    assert flash.long_fold is None and flash.fold is None and flash.ctx_part.cu_k.tolist() == [0, 40, 240]
-    split = build_plan(meta, "cpu", n_rep=4, self_attn="auto", long_block_m=128, fold_long=False)
-    assert split.long_fold is None and split.fold is None and split.ctx_part.cu_k.tolist() == [0, 40, 240]
-
-
 def test_build_plan_no_context():
     plan = build_plan(make_meta([300, 120], [(1, None), (1, None)]), "cpu", n_rep=4)
     assert plan.ctx_part is None and plan.fold is None
@@ -191,8 +176,6 @@ CASES = [  # (sequence lengths, groups) ; context slots index a 256-slot cache
     ([1, 1, 2, 6], [(4, list(range(0, 37)))]),
     ([33, 40], [(1, None), (1, list(range(5, 45)))]),
     ([520, 13, 9, 11], [(1, None), (2, list(range(0, 150))), (1, list(range(150, 250)))]),
-    # long sequences after a short context (an anchor's chat frame; one shares it with a short sequence)
-    ([520, 12, 515], [(2, list(range(0, 37))), (1, list(range(37, 90)))]),
 ]
 
 

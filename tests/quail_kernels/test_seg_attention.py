@@ -82,39 +82,6 @@ def test_causal_segments_match_ref(case, block_m, fused_step):
     _check(n_q, n_kv, d, seg, T, T, True, torch.float32, True, block_m, F32_TOL, fused_step)
 
 
-@pytest.mark.parametrize("fused_step", [False, True], ids=["plain", "fused"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
-def test_causal_segments_with_folded_context_match_ref(fused_step, dtype):
-    """kf/vf/fold: each causal segment first sees its own short cached context whole (an anchor's chat
-    frame): lengths over and under a key tile, none for one segment, two segments sharing one context."""
-    n_q, n_kv, d, lens = 8, 2, 32, [37, 5, 70, 20]
-    seg, T, _ = _layout(lens, lens)
-    seg[2] = seg[0]
-    fold = np.array([[0, 0, 19, 0], [19, 0, 40, 19]], dtype=np.int32)  # segment 3 reuses segment 0's context
-    g = torch.Generator().manual_seed(11)
-    q = torch.randn(T, n_q, d, generator=g).to(dtype)
-    k, v, out0 = (torch.randn(T, h, d, generator=g).to(dtype) for h in (n_kv, n_kv, n_q))
-    kf, vf = (torch.randn(59, n_kv, d, generator=g).to(dtype) for _ in range(2))
-    lse0 = torch.randn(T, n_q, generator=g)
-    bt = seg_block_t(n_q // n_kv, 32)
-    items = torch.from_numpy(seg_items(seg[1], bt, longest_first=True)).to(DEVICE)
-    out, lse = seg_attention(*(x.to(DEVICE) for x in (q, k, v)), torch.from_numpy(seg).to(DEVICE), items, bt,
-                             causal=True, out=out0.clone().to(DEVICE), lse=lse0.clone().to(DEVICE), block_n=16,
-                             fused_step=fused_step, kf=kf.to(DEVICE), vf=vf.to(DEVICE),
-                             fold=torch.from_numpy(fold).to(DEVICE))
-    ref_o, ref_l = seg_attention_ref(q, k, v, seg, causal=True, kf=kf, vf=vf, fold=fold)
-    rows = np.concatenate([np.arange(s, s + n) for s, n in zip(seg[0], seg[1])])
-    other = np.setdiff1d(np.arange(T), rows)
-    tol = F32_TOL if dtype == torch.float32 else 3e-2
-    out, lse = out.cpu(), lse.cpu()
-    torch.testing.assert_close(out.float()[rows], ref_o[rows], atol=tol, rtol=tol)
-    torch.testing.assert_close(lse[rows], ref_l[rows], atol=max(tol, 1e-4), rtol=max(tol, 1e-4))
-    assert torch.equal(out[other], out0[other]) and torch.equal(lse[other], lse0[other])
-    with pytest.raises(ValueError, match="folded context is for causal segments without merge"):
-        seg_attention(*(x.to(DEVICE) for x in (q, k, v)), torch.from_numpy(seg).to(DEVICE), items, bt,
-                      kf=kf.to(DEVICE), vf=vf.to(DEVICE), fold=torch.from_numpy(fold).to(DEVICE))
-
-
 def test_bad_arguments():
     q = torch.randn(6, 4, 16, device=DEVICE)
     k = torch.randn(6, 2, 16, device=DEVICE)
