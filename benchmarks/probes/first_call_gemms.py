@@ -10,6 +10,9 @@ layer runs once at each row count N, 2N, ... up to the token budget (what an eng
     PYTHONPATH=.:benchmarks python3 benchmarks/probes/first_call_gemms.py --tokenizer .cache/tok --label base --out $OUT
     CUDA_MODULE_LOADING=EAGER PYTHONPATH=.:benchmarks python3 benchmarks/probes/first_call_gemms.py ... --label eager
     PYTHONPATH=.:benchmarks python3 benchmarks/probes/first_call_gemms.py ... --warm-step 128 --label warm128
+
+From the engine that warms its products at start (gpu_worker/engine.py, WARM_STEP): QUAIL_WARM_PRODUCTS=0 turns
+that off for the comparison; --quantize fp8 for the FP8 engine.
 """
 from __future__ import annotations
 
@@ -80,13 +83,15 @@ def main():
     ap.add_argument("--model", default="qwen3-4b-random")
     ap.add_argument("--label", default="base")
     ap.add_argument("--warm-step", type=int, default=0)
+    ap.add_argument("--quantize", default=None)
     ap.add_argument("--out", default="/tmp/first_call_gemms")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    res = {"label": a.label, "env_CUDA_MODULE_LOADING": os.environ.get("CUDA_MODULE_LOADING")}
+    res = {"label": a.label, "quantize": a.quantize, "env_CUDA_MODULE_LOADING": os.environ.get("CUDA_MODULE_LOADING"),
+           "env_QUAIL_WARM_PRODUCTS": os.environ.get("QUAIL_WARM_PRODUCTS")}
     t0 = time.perf_counter()
-    eng = Engine(EngineConfig(model=a.model, device="cuda", tokenizer=a.tokenizer))
+    eng = Engine(EngineConfig(model=a.model, device="cuda", tokenizer=a.tokenizer, quantize=a.quantize))
     res["load_s"] = time.perf_counter() - t0
     res["loading_mode"] = loading_mode()
     w = Words(eng.tokenizer, 1)
