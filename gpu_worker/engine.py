@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import logging
-import os
 import threading
 import time
 
@@ -25,10 +23,6 @@ from .passes import FIRST_PASS_JOBS, TREE_COUNTERS, Passes, collector_paused
 from .prompts import PromptRenderer, documents
 from .runner import KVCache, ModelRunner
 from .runtime import Runtime
-
-log = logging.getLogger(__name__)
-WARM_ENV = "QUAIL_WARM_PRODUCTS"  # "0": no projection warm-up at engine start (CUDA)
-WARM_STEP = 128  # ... which runs each projection at 128, 256, ... rows up to the token budget
 
 
 def _serialized(method):
@@ -92,12 +86,6 @@ class Engine:
         # the parts: the runner computes passes, `passes` plans them over the prefix tree (the scheduler
         # side), `fitter` builds requests that fit the context, `chunks` tokenizes documents a chunk ahead
         self.runner = ModelRunner(model, kv, self.rt.ops, self.rt.device)
-        if self.rt.device.type == "cuda" and os.environ.get(WARM_ENV, "1") != "0":
-            with self.on_device():  # each projection once per row count a pass may have (~1.4 s on an H200)
-                t1 = time.time()
-                n = model.warm_products(self.rt.ops, self.rt.token_budget, WARM_STEP)
-                torch.cuda.synchronize(self.rt.device)
-                log.info("warmed %d projection products in %.2f s", n, time.time() - t1)
         self.passes = Passes(self.runner, self.rt.kv_slots, self.rt.token_budget, self.rt.ctx_budget,
                              len(self.renderer.answers.head_ids), cfg.prefix_cache, self.stats,
                              first_jobs=FIRST_PASS_JOBS if self.rt.device.type == "cuda" else 0)

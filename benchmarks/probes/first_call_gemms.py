@@ -11,8 +11,8 @@ layer runs once at each row count N, 2N, ... up to the token budget (what an eng
     CUDA_MODULE_LOADING=EAGER PYTHONPATH=.:benchmarks python3 benchmarks/probes/first_call_gemms.py ... --label eager
     PYTHONPATH=.:benchmarks python3 benchmarks/probes/first_call_gemms.py ... --warm-step 128 --label warm128
 
-From the engine that warms its products at start (gpu_worker/engine.py, WARM_STEP): QUAIL_WARM_PRODUCTS=0 turns
-that off for the comparison; --quantize fp8 for the FP8 engine.
+--quantize fp8: the FP8 engine. Runs: results/h200_cca0706/ (base, eager, warm128) and results/h200_1bcd82b/
+(the engine of 1bcd82b, which ran this warm-up at start with a 128-row step, in bf16 and FP8; reverted after).
 """
 from __future__ import annotations
 

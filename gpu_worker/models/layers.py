@@ -168,38 +168,6 @@ class DecoderLM(nn.Module):
         for layer in self.model.layers:
             layer.mlp.pack(ops)
 
-    @torch.inference_mode()
-    def warm_products(self, ops, max_rows: int, step: int) -> int:
-        """Run each projection of a layer once at step, 2 step, ..., max_rows rows, in the forms a pass
-        runs them (`ops.linear`, `ops.linear_add` where the residual is added in the product, FP8 products
-        on quantized rows), and return how many ran. On the H200 a process's first pass at a new row count
-        cost the device up to ~100 ms idle, so that an operation's first full-size call ran 5-20% slower
-        than its second; after this at engine start it did not (benchmarks/probes/first_call_gemms.py)."""
-        at, mlp = self.model.layers[0].self_attn, self.model.layers[0].mlp
-        d, inner, dtype = self.cfg.hidden_size, at.n_q * at.head_dim, self.head_rows.dtype
-        dev, n = self.head_rows.device, 0
-        for m in range(step, max_rows + 1, step):
-            if self.fp8:
-                for w8, k in ((at.qkv_fp8, d), (at.o_fp8, inner), (mlp.gate_up_fp8, d),
-                              (mlp.down_fp8, self.cfg.intermediate_size)):
-                    project(ops.quant_rows(torch.ones(m, k, device=dev, dtype=dtype)), None, w8, dtype, ops)
-                    n += 1
-                continue
-            x = torch.ones(m, d, device=dev, dtype=dtype)
-            ops.linear(x, at.qkv_weight)
-            n += 1
-            if not mlp.gate_up_block:  # [gate; up] in one cuBLAS product (else the fused SwiGLU kernel)
-                ops.linear(x, mlp.gate_up_weight)
-                n += 1
-            for w in (at.o_proj.weight, mlp.down_proj.weight):
-                x = torch.ones(m, w.shape[1], device=dev, dtype=dtype)
-                ops.linear(x, w)  # the last layer's rows
-                n += 1
-                if getattr(ops, "residual_gemm", False):
-                    ops.linear_add(x, w, torch.zeros(m, w.shape[0], device=dev, dtype=dtype))
-                    n += 1
-        return n
-
     @torch.no_grad()
     def quantize_fp8(self, keep: bool = False):
         """Projection weights to float8 e4m3 with per-output-row scales; the forward then runs them
