@@ -130,9 +130,11 @@ def to_device_aligned(xs: list[torch.Tensor], device) -> list[torch.Tensor]:
         parts.append(x.reshape(-1))
         if n % 2:
             parts.append(x.new_zeros(1))
-    flat = torch.cat(parts)
-    if torch.device(device).type == "cuda":
-        flat = flat.pin_memory().to(device, non_blocking=True)
+    cuda = torch.device(device).type == "cuda"
+    # concatenated straight into the (pinned) buffer the copy reads: no second host copy to pin it
+    flat = torch.cat(parts, out=torch.empty(sum(n + n % 2 for n in sizes), dtype=torch.int64, pin_memory=cuda))
+    if cuda:
+        flat = flat.to(device, non_blocking=True)
     out, off = [], 0
     for n in sizes:
         out.append(flat[off:off + n])
