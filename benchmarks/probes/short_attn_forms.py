@@ -35,7 +35,7 @@ from public_bench import Words, timed, with_sol  # noqa: E402
 
 from gpu_worker import Engine, EngineConfig  # noqa: E402
 from quail_kernels._util import query_blocks  # noqa: E402
-from quail_kernels.varlen_attention import varlen_attention  # noqa: E402
+from quail_kernels.varlen_attention import _varlen_attn_kernel, varlen_attention  # noqa: E402
 
 FORMS = {"masked": {"split": False, "fused": False}, "split": {"split": True, "fused": False},
          "split+fused": {"split": True, "fused": True}}
@@ -137,6 +137,8 @@ def main():
     ap.add_argument("--commit", default="unknown")
     ap.add_argument("--out", default="/tmp/short_attn_forms")
     a = ap.parse_args()
+    if "SPLIT" not in _varlen_attn_kernel.arg_names:  # elsewhere launch's split/fused are ignored: equal forms
+        raise SystemExit("short_attn_forms.py needs the kernel of 5e6f78b (git checkout 5e6f78b -- quail_kernels)")
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     dev = torch.device("cuda")
