@@ -72,7 +72,10 @@ def spark_session(args):
     for k, v in conf.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
+    # a failure is one line of ours (error_line): Spark's own task errors and their tracebacks are shown
+    # with --debug, or under spark-submit, whose logs are the user's
+    quiet = not under_submit and not getattr(args, "debug", False)
+    spark.sparkContext.setLogLevel("FATAL" if quiet else "WARN")
     return spark
 
 
@@ -130,10 +133,10 @@ def main(argv=None) -> int:
     try:
         return COMMANDS[args.command][1](args)
     except Exception as e:  # noqa: BLE001 - every failure is one line and an exit status
-        from quail_spark.enrich.guard import first_line
+        from quail_spark.errors import error_line
 
         code = exit_code(e)
-        what = first_line(e) if code < 4 else f"internal error: {type(e).__name__}: {first_line(e)}"
+        what = error_line(e) if code < 4 else f"internal error: {type(e).__name__}: {error_line(e)}"
         if getattr(args, "debug", False):
             traceback.print_exc()
         elif code == 4:

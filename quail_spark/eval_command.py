@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
+
+from quail_spark.errors import error_line
 
 KEYS = ("input", "label", "columns", "where", "model", "device", "engine", "output")
 
@@ -66,16 +69,20 @@ def main(args) -> int:
 
     spark = spark_session(args)
     try:
-        ev = run(spark, spec)
+        with warnings.catch_warnings():  # pyspark's toPandas warns with the task's traceback: one line here
+            if not args.debug:
+                warnings.simplefilter("ignore", UserWarning)
+            ev = run(spark, spec)
     except (SpecError, OSError, TypeError, ValueError, PySparkException) as e:
         if args.debug:
             raise
-        print(f"quail-spark eval: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
+        print(f"quail-spark eval: {error_line(e)}", file=sys.stderr)
         return 2
     except Exception as e:  # noqa: BLE001 - one line unless --debug
         if args.debug:
             raise
-        print(f"quail-spark eval: internal error: {type(e).__name__}: {e}", file=sys.stderr)
+        print(f"quail-spark eval: internal error: {type(e).__name__}: {error_line(e)} (--debug prints the "
+              "traceback)", file=sys.stderr)
         return 4
     finally:
         spark.stop()

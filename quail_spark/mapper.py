@@ -12,6 +12,7 @@ but plain data and this module's class crosses to the workers.
 from __future__ import annotations
 
 from quail_spark import executor
+from quail_spark.errors import error_line
 
 
 class ArrowMapper:
@@ -59,7 +60,7 @@ class ArrowMapper:
         from quail_spark.metrics import session_dir
 
         spark = spark if spark is not None else SparkSession.getActiveSession()
-        self.columns = parse_columns(columns)
+        self.columns = resolve_inputs(input_schema.names, parse_columns(columns))
         check_inputs(input_schema, self.columns)
         self.engine_conf = executor.engine_conf(model, executor.session_device(spark, device), **engine)
         self.metrics_dir = session_dir(spark) if spark is not None else None
@@ -122,7 +123,7 @@ def with_derived(df, columns):
                 dtype = df.select(F.expr(sql)).schema.fields[0].dataType  # analysed here: errors name the column
             except AnalysisException as e:
                 raise ValueError(f"column {c.name!r}: argument {sql!r} does not resolve against the input: "
-                                 f"{str(e).splitlines()[0]}") from None
+                                 f"{error_line(e)}") from None
             if not isinstance(dtype, (StringType, BinaryType)):
                 raise TypeError(f"column {c.name!r}: argument {sql!r} is {dtype.simpleString()}; a document must "
                                 f"be a string: cast it (CAST({sql} AS STRING))")
@@ -142,14 +143,40 @@ def parse_columns(columns) -> tuple:
     return tuple(parse_column(name, expr) for name, expr in columns.items())
 
 
+def resolve_name(names, name: str, what: str) -> str:
+    """``name`` as ``names`` spell it, ignoring case as Spark's analyzer does: the exact name, else the one
+    name equal to it ignoring case; none: ``name`` as it is (the caller names it missing); several: ValueError.
+
+    >>> resolve_name(["id", "Body"], "body", "column 'c'")
+    'Body'
+    """
+    if name in names:
+        return name
+    hits = [n for n in names if n.lower() == name.lower()]
+    if len(hits) > 1:
+        raise ValueError(f"{what}: {name!r} is ambiguous: the input has {hits} (names that differ only in case)")
+    return hits[0] if hits else name
+
+
+def resolve_inputs(names, columns) -> tuple:
+    """``columns`` with their input columns spelled as in ``names`` (see :func:`resolve_name`)."""
+    import dataclasses
+
+    return tuple(dataclasses.replace(c, inputs=tuple(resolve_name(names, x, f"column {c.name!r}")
+                                                     for x in c.inputs)) for c in columns)
+
+
 def check_inputs(schema, columns) -> None:
-    """Each AI column's documents are text columns of ``schema``; its name is new."""
+    """Each AI column's documents are text columns of ``schema``; its name is new (ignoring case)."""
     from pyspark.sql.types import BinaryType, StringType
 
     types = {f.name: f.dataType for f in schema.fields}
+    taken = {n.lower(): n for n in (*types, "_ai_error")}
     for c in columns:
-        if c.name in types or c.name == "_ai_error":
-            raise ValueError(f"column {c.name!r}: the name is taken (input columns {sorted(types)}, '_ai_error')")
+        if c.name.lower() in taken:
+            raise ValueError(f"column {c.name!r}: the name is taken by {taken[c.name.lower()]!r} (names ignore "
+                             f"case; input columns {sorted(types)}, the AI columns, '_ai_error')")
+        taken[c.name.lower()] = c.name
         for name, sql in c.derived:
             if name not in types:
                 raise ValueError(f"column {c.name!r}: argument {sql!r} is an expression; ArrowMapper maps the "

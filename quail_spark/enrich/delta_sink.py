@@ -13,7 +13,7 @@ A run killed before the log entry leaves the previous version current; its
 files are unreferenced (deltalake's ``vacuum`` removes them) and the next run
 removes its staging folder.
 
-The rerun state (key, ``_ai_hash``) is a second Delta table
+The rerun state (key, ``_ai_hash``, ``_ai_row``) is a second Delta table
 ``<path>__ai_state``, written the same way AFTER the data version; both commits
 carry ``quail.run`` in their commit info. A run killed between the two leaves
 the state older than the data: the next run sees the runs differ, warns, and
@@ -28,6 +28,7 @@ from pathlib import Path
 
 from quail_spark.enrich.guard import OutputBusy, WriterLock, kill_point, usable_state, warn
 from quail_spark.enrich.spec import Spec, SpecError
+from quail_spark.errors import error_line
 
 STAGING = "_quail_staging"
 STATE_SUFFIX = "__ai_state"
@@ -121,7 +122,7 @@ class DeltaSink:
                             commit_properties=props)
         except CommitFailedError as e:
             raise OutputBusy(f"{self.path} changed while this run worked (it read version {self._base}): "
-                             f"{str(e).splitlines()[0]}; nothing committed, run again") from None
+                             f"{error_line(e)}; nothing committed, run again") from None
         kill_point("between-commits")
         write_deltalake(str(self.state_path), self._reader(self._state_staged), mode="overwrite",
                         schema_mode="overwrite", commit_properties=props)

@@ -1,13 +1,17 @@
 """What keeps an enrichment run safe: the writer lock, checks of what it reads and of what it commits.
 
-- :func:`usable_state` reads a sink's rerun state (key, ``_ai_hash``) with Spark
+- :func:`usable_state` reads a sink's rerun state (key, ``_ai_hash``, ``_ai_row``) with Spark
   and checks it: readable, one row per key, every ``_ai_hash`` a JSON map.
   Anything else is a damaged state: one warning line naming the path and the
   fault, and ``None`` (every row is recomputed). A damaged state never stops a
   run and never doubles a row.
-- :func:`unique_previous` drops from the previous output the keys it holds more
-  than once (an output written by an older version from a doubled state): they
-  are recomputed, never copied.
+- :func:`checked_previous` reads the previous output and its state and checks
+  both before use: an output that cannot be read (a missing version, damaged
+  pages) is reported and treated as absent; keys it holds more than once (an
+  output written by an older version from a doubled state) are recomputed,
+  never copied (:func:`unique_previous`); a state whose row prints
+  (:func:`row_print`: the row's values and hashes as committed) differ from the
+  output's rows is stale and ignored (every row is recomputed).
 - :func:`check_output` compares the staged output with the input keys before a
   commit: exactly one row per input key, or :class:`OutputInvalid` naming a key
   and nothing is committed.
@@ -25,6 +29,8 @@ from pathlib import Path
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+
+from quail_spark.errors import error_line
 
 TEST_KILL = "QUAIL_ENRICH_TEST_KILL"  # TEST ONLY: "between-commits" SIGKILLs the driver after the data commit
 
@@ -51,20 +57,14 @@ def warn(warnings: list, line: str) -> None:
     print(f"quail-spark enrich: warning: {line}", file=sys.stderr, flush=True)
 
 
-def first_line(e: BaseException) -> str:
-    """The first non-empty line of an error (Spark's carry a JVM stack trace)."""
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
-
-
 def _fault(e: BaseException, files: list) -> str:
     """What is wrong, naming the file when the error names one of ``files``."""
     text = str(e)
     for f in files:
         name = os.path.basename(str(f).rstrip("/"))
         if name and name in text and not os.path.isdir(str(f).removeprefix("file://")):
-            return f"unreadable file {f} ({type(e).__name__}: {first_line(e)[:200]})"
-    return f"unreadable ({type(e).__name__}: {first_line(e)[:300]})"
+            return f"unreadable file {f} ({type(e).__name__}: {error_line(e)[:200]})"
+    return f"unreadable ({type(e).__name__}: {error_line(e)[:300]})"
 
 
 def usable_state(spark, key: str, files: list, where: str, warnings: list) -> DataFrame | None:
@@ -75,7 +75,7 @@ def usable_state(spark, key: str, files: list, where: str, warnings: list) -> Da
             warn(warnings, f"damaged rerun state {where}: columns {df.columns}, expected [{key!r}, '_ai_hash']; "
                            "every row is recomputed")
             return None
-        k = F.col(key)
+        k = column(key)
         bad_hash = F.from_json(F.col("_ai_hash"), "map<string,string>").isNull()
         bad = (df.groupBy(k).agg(F.count(F.lit(1)).alias("__n"), F.max(bad_hash.cast("int")).alias("__bad"))
                .where((F.col("__n") > 1) | k.isNull() | (F.col("__bad") == 1)).limit(1).collect())
@@ -88,14 +88,69 @@ def usable_state(spark, key: str, files: list, where: str, warnings: list) -> Da
                 if n > 1 else f"malformed _ai_hash of key {key}={k_val!r}")
         warn(warnings, f"damaged rerun state {where}: {what}; every row is recomputed")
         return None
-    return df.select(key, "_ai_hash")
+    return df.select(column(key), "_ai_hash", *([ROW_PRINT] if ROW_PRINT in df.columns else []))
+
+
+def column(name: str):
+    """The column ``name`` exactly as written (backquoted: a dot or a backquote in a name is no path)."""
+    return F.col("`" + name.replace("`", "``") + "`")
+
+
+def row_print(df: DataFrame, key: str):
+    """16 hex digits over an output row as committed: every column of ``df`` but the key and ``_ai_row``,
+    by name (the AI columns, ``_ai_error`` and the state's ``_ai_hash``). The state keeps it per key."""
+    names = sorted(c for c in df.columns if c not in (key, ROW_PRINT))
+    return F.substring(F.sha2(F.to_json(F.struct(*[column(n) for n in names])), 256), 1, 16)
+
+
+ROW_PRINT = "_ai_row"
+
+
+def checked_previous(spark, sink, key: str, warnings: list) -> tuple:
+    """(previous rows, their state) read from ``sink`` and checked; either may be None (rows recomputed)."""
+    where = sink.describe()
+    try:
+        prev = sink.previous(spark)
+    except Exception as e:  # noqa: BLE001 - an unreadable previous output only costs recomputation
+        warn(warnings, f"previous output {where}: {_fault(e, [])}; every row is recomputed")
+        return None, None
+    prev = unique_previous(key, prev, where, warnings)
+    if prev is None:
+        return None, None
+    n_warned = len(warnings)
+    state = sink.previous_state(spark, key, warnings)
+    if state is None and len(warnings) == n_warned and "_ai_hash" not in prev.columns:
+        warn(warnings, f"previous output {where} has no rerun state; every row is recomputed")
+    try:
+        stale = stale_row(key, prev, state)
+    except Exception as e:  # noqa: BLE001 - damaged pages show when every column is read
+        warn(warnings, f"previous output {where}: {_fault(e, [])}; every row is recomputed")
+        return None, None
+    if stale is not None:
+        warn(warnings, f"stale rerun state of {where}: key {key}={stale!r} has a hash or values other than the "
+                       "output's row; every row is recomputed")
+        return prev, None
+    return prev, state
+
+
+def stale_row(key: str, prev: DataFrame, state: DataFrame | None):
+    """Reads every column of ``prev`` (damaged pages raise here); a key whose state row print differs
+    from its output row's, or None. A state without prints (written by an older version) is not compared."""
+    printed = state is not None and ROW_PRINT in state.columns
+    rows = prev.drop("_ai_hash").join(state, key, "left") if printed else prev
+    if not printed:  # only read every value
+        rows.agg(F.bit_xor(F.xxhash64(*[column(c) for c in rows.columns]))).collect()
+        return None
+    bad = F.col(ROW_PRINT).isNull() | (F.col(ROW_PRINT) != row_print(rows.drop(ROW_PRINT), key))
+    found = rows.agg(F.count_if(bad), F.first(F.when(bad, column(key)), ignorenulls=True)).first()
+    return found[1] if found[0] else None
 
 
 def unique_previous(key: str, prev: DataFrame | None, where: str, warnings: list) -> DataFrame | None:
     """``prev`` without the keys it holds more than once (or NULL): those rows are recomputed."""
     if prev is None:
         return None
-    k = F.col(key)
+    k = column(key)
     try:
         dup = prev.groupBy(k).count().where((F.col("count") > 1) | k.isNull())
         first = dup.limit(1).collect()
@@ -107,12 +162,12 @@ def unique_previous(key: str, prev: DataFrame | None, where: str, warnings: list
     n_keys = dup.count()
     warn(warnings, f"previous output {where} holds key {key}={first[0][0]!r} {first[0][1]} times "
                    f"({n_keys} such key(s)); their rows are recomputed")
-    return prev.where(k.isNotNull()).join(dup.select(key).where(k.isNotNull()), key, "left_anti")
+    return prev.where(k.isNotNull()).join(dup.select(k).where(k.isNotNull()), key, "left_anti")
 
 
 def key_figures(df: DataFrame, key: str) -> tuple:
     """(rows, distinct keys, NULL keys, XOR of the keys' 64-bit hashes): one row per key, as a fingerprint."""
-    k = F.col(key)
+    k = column(key)
     return tuple(df.agg(F.count(F.lit(1)), F.count_distinct(k), F.count_if(k.isNull()),
                         F.bit_xor(F.xxhash64(k))).first())
 
@@ -123,8 +178,8 @@ def check_output(spark, key: str, inp: DataFrame, want: tuple, staged: str, wher
     got = spark.read.parquet(staged)
     if key_figures(got, key) == tuple(want):
         return
-    counts = got.groupBy(key).agg(F.count(F.lit(1)).alias("__n"))
-    bad = (inp.select(key).withColumn("__in", F.lit(True)).join(counts, key, "full_outer")
+    counts = got.groupBy(column(key)).agg(F.count(F.lit(1)).alias("__n"))
+    bad = (inp.select(column(key)).withColumn("__in", F.lit(True)).join(counts, key, "full_outer")
            .where(F.col("__in").isNull() | F.col("__n").isNull() | (F.col("__n") != 1)).limit(1).collect())
     k_val, present, n = bad[0] if bad else (None, True, None)
     what = (f"{n} rows" if present else f"{n} row(s) but it is not an input key") if n else "no row"

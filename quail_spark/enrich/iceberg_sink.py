@@ -11,7 +11,7 @@ data file of the current snapshot with them in ONE overwrite snapshot. A run
 killed before that commit leaves the table's current snapshot as it was; its
 files are orphans that no snapshot references.
 
-The rerun state (key, ``_ai_hash``) lives in a second table ``<table>__ai_state``
+The rerun state (key, ``_ai_hash``, ``_ai_row``) lives in a second table ``<table>__ai_state``
 in the same namespace, committed the same way AFTER the data snapshot; both
 snapshots carry ``quail.run``. A run killed between the two commits leaves the
 state older than the data: the next run sees the runs differ, ignores that
@@ -112,12 +112,12 @@ class IcebergSink:
         if head != self._base:
             raise OutputBusy(f"{self.ident} changed while this run worked (snapshot {self._base} -> {head}); "
                                "nothing committed, run again")
-        _replace_files(t, staged, run_id, drop="_ai_hash")  # a column of tables written before the state table
+        _replace_files(t, staged, run_id)  # (an ``_ai_hash`` column of tables written before the state table goes)
         kill_point("between-commits")
         _replace_files(self.catalog.load_table(self.state_ident), self._state_staged, run_id)
 
 
-def _replace_files(t, staged: str, run_id: str, drop: str | None = None) -> None:
+def _replace_files(t, staged: str, run_id: str) -> None:
     """One overwrite snapshot of ``t``: its files become the Parquet files Spark wrote to ``staged``."""
     import pyarrow.fs as pafs
     import pyarrow.parquet as pq
@@ -129,9 +129,7 @@ def _replace_files(t, staged: str, run_id: str, drop: str | None = None) -> None
     uris = [staged.rstrip("/") + "/" + Path(p).name for p in paths]
     with t.transaction() as txn:
         if paths:
-            txn.update_schema().union_by_name(pq.read_schema(paths[0], filesystem=fs)).commit()
-        if drop in txn.table_metadata.schema().column_names:
-            txn.update_schema().delete_column(drop).commit()
+            _match_schema(txn, pq.read_schema(paths[0], filesystem=fs))
         # Spark's files carry no Iceberg field ids: columns are matched by name.
         txn.set_properties(**{TableProperties.DEFAULT_NAME_MAPPING:
                               txn.table_metadata.schema().name_mapping.model_dump_json()})
@@ -141,3 +139,25 @@ def _replace_files(t, staged: str, run_id: str, drop: str | None = None) -> None
                 ow.delete_data_file(f)
             for f in _parquet_files_to_data_files(txn.table_metadata, uris, t.io):
                 ow.append_data_file(f)
+
+
+def _match_schema(txn, arrow) -> None:
+    """The table's columns become the staged files' (``arrow``), in their order: columns the run does not
+    write are dropped, a column whose type changed (``ai_if`` to ``ai_score``) is dropped and added again
+    (Iceberg promotes only int -> long and float -> double; every data file is replaced anyway)."""
+    import pyarrow as pa
+
+    def plain(t):  # Iceberg reads strings back as large strings
+        return pa.string() if pa.types.is_large_string(t) else pa.binary() if pa.types.is_large_binary(t) else t
+
+    have = txn.table_metadata.schema().as_arrow()
+    gone = [f.name for f in have if f.name not in arrow.names or plain(f.type) != plain(arrow.field(f.name).type)]
+    if gone:
+        with txn.update_schema() as up:
+            for name in gone:
+                up.delete_column(name)
+    with txn.update_schema() as up:
+        up.union_by_name(arrow)
+    with txn.update_schema() as up:
+        for i, name in enumerate(arrow.names):
+            up.move_first(name) if i == 0 else up.move_after(name, arrow.names[i - 1])

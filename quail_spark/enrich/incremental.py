@@ -4,7 +4,8 @@ Every AI column ``c`` of a row has a hash of (the column's call, model and
 value-changing engine settings; the row's referenced input values). Beside the
 output (not in it) the sink keeps a state table of (key, ``_ai_hash``): JSON,
 column -> hash of the value the output holds; a column whose value errored has
-no entry. A rerun recomputes a column of a row when its hash is new, changed or
+no entry; and ``_ai_row``, the print of the output row the hashes describe
+(:func:`quail_spark.enrich.guard.row_print`), checked before the state is used. A rerun recomputes a column of a row when its hash is new, changed or
 missing, and keeps the previous value otherwise; rows that left the input (or
 the ``where``) leave the output. No usable state (deleted, unreadable, stale)
 means every row is recomputed. An output written before the state moved out
@@ -23,6 +24,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from quail_spark.enrich.guard import column
 from quail_spark.enrich.spec import Spec, SpecError
 
 TEXT_TYPES = ("string", "binary")
@@ -44,7 +46,7 @@ def check_input(spec: Spec, df: DataFrame) -> None:
 
 def check_key(spec: Spec, df: DataFrame) -> None:
     """The key is never NULL and never repeats (else a rerun could not match rows)."""
-    k = F.col(spec.key)
+    k = column(spec.key)
     dup = df.groupBy(k).count().where((F.col("count") > 1) | k.isNull()).limit(3).collect()
     if dup:
         shown = ", ".join(f"{r[0]!r} ({r[1]} rows)" for r in dup)
@@ -56,7 +58,7 @@ def row_hash(spec: Spec, i: int) -> F.Column:
     col = spec.columns[i]
     parts = [F.lit(spec.column_hash(col))]
     for x in col.inputs:
-        parts.append(F.coalesce(F.sha2(F.col(x).cast("binary"), 256), F.lit("NULL")))
+        parts.append(F.coalesce(F.sha2(column(x).cast("binary"), 256), F.lit("NULL")))
     return F.substring(F.sha2(F.concat_ws("|", *parts), 256), 1, 16)
 
 
@@ -70,7 +72,7 @@ def hash_json(names, hashes) -> F.Column:
 def with_hashes(spec: Spec, prev: DataFrame, state: DataFrame | None) -> DataFrame:
     """The previous rows with their ``_ai_hash`` from ``state`` (NULL, so recomputed, when it is unusable)."""
     if state is not None and {spec.key, "_ai_hash"} <= set(state.columns):
-        return prev.drop("_ai_hash").join(state.select(spec.key, "_ai_hash"), spec.key, "left")
+        return prev.drop("_ai_hash").join(state.select(column(spec.key), "_ai_hash"), spec.key, "left")
     if "_ai_hash" in prev.columns:  # an output written with the hashes as a column
         return prev
     return prev.withColumn("_ai_hash", F.lit(None).cast("string"))
@@ -82,7 +84,7 @@ def work_rows(spec: Spec, inp: DataFrame, prev: DataFrame | None, state: DataFra
     ``prev`` holds the previous output rows and ``state`` their (key, ``_ai_hash``).
     """
     key = spec.key
-    hashed = inp.select(F.col(key), *[F.col(x) for x in spec.referenced if x != key],
+    hashed = inp.select(column(key), *[column(x) for x in spec.referenced if x != key],
                         *[row_hash(spec, i).alias(f"__h{i}") for i in range(len(spec.columns))])
     if prev is None:
         work = hashed.select("*", *[F.lit(None).cast(c.result_type).alias(f"__o{i}")
@@ -91,11 +93,11 @@ def work_rows(spec: Spec, inp: DataFrame, prev: DataFrame | None, state: DataFra
     else:
         prev = with_hashes(spec, prev, state)
         ptypes = dict(prev.dtypes)
-        old = prev.select(F.col(key).alias("__k"), *[
-            (F.col(c.name) if ptypes.get(c.name) == c.result_type else F.lit(None).cast(c.result_type))
+        old = prev.select(column(key).alias("__k"), *[
+            (column(c.name) if ptypes.get(c.name) == c.result_type else F.lit(None).cast(c.result_type))
             .alias(f"__o{i}") for i, c in enumerate(spec.columns)],
             F.from_json(F.col("_ai_hash"), "map<string,string>").alias("__oldh"))
-        work = hashed.join(old, hashed[key] == old["__k"], "left").drop("__k")
+        work = hashed.join(old, column(key) == F.col("__k"), "left").drop("__k")
     for i, c in enumerate(spec.columns):
         had = F.try_element_at(F.col("__oldh"), F.lit(c.name))
         work = work.withColumn(f"__n{i}", had.isNull() | (had != F.col(f"__h{i}")))
@@ -113,6 +115,6 @@ def kept_rows(spec: Spec, work: DataFrame) -> DataFrame:
     """Rows with nothing to compute: the output's columns, then ``_ai_hash`` (the state's, split off on write)."""
     names = [c.name for c in spec.columns]
     return work.where(~needs_any(spec)).select(
-        F.col(spec.key), *[F.col(f"__o{i}").alias(n) for i, n in enumerate(names)],
+        column(spec.key), *[F.col(f"__o{i}").alias(n) for i, n in enumerate(names)],
         F.lit(None).cast("string").alias("_ai_error"),
         hash_json(names, [F.col(f"__h{i}") for i in range(len(names))]).alias("_ai_hash"))

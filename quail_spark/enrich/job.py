@@ -7,6 +7,7 @@
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 import math
@@ -23,6 +24,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType, _parse_datatype_string
 
 from quail_spark import executor
+from quail_spark.errors import error_line
 from quail_spark.enrich import guard
 from quail_spark.enrich import incremental as inc
 from quail_spark.enrich.ai_stage import (TEST_BATCH_DELAY, TEST_FAIL_FIRST_ATTEMPT, CountersParam, StagePlan,
@@ -54,7 +56,7 @@ def read_input(spark, spec: Spec):
             return spark.read.parquet(spec.path(src))
         return spark.table(src)
     except AnalysisException as e:
-        raise SpecError(f"input {src!r}: {guard.first_line(e)}") from None
+        raise SpecError(f"input {src!r}: {error_line(e)}") from None
 
 
 SINKS = {"parquet": ("quail_spark.enrich.parquet_sink", "ParquetSink"),
@@ -78,7 +80,7 @@ def run(spec: Spec, spark, fail_on_error: bool = False, progress_every: float = 
     t0, out = time.time(), out or sys.stdout  # the stream of now, not of import time
     run_id = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
     sink = sink_for(spec)
-    inp = input_rows(spark, spec)
+    spec, inp = input_rows(spark, spec)
     keys = guard.key_figures(inp, spec.key)
     if keys[0] != keys[1] or keys[2]:
         inc.check_key(spec, inp)  # names the repeated or NULL keys
@@ -104,8 +106,7 @@ def locked_run(spec: Spec, spark, sink, inp, keys, run_id, progress_dir, progres
     """Read the previous output and its state (checked), stage this run's rows, check them; the report."""
     sink.clean()
     warnings: list = []
-    prev = guard.unique_previous(spec.key, sink.previous(spark), sink.describe(), warnings)
-    state = sink.previous_state(spark, spec.key, warnings)
+    prev, state = guard.checked_previous(spark, sink, spec.key, warnings)
     work = inc.work_rows(spec, inp, prev, state).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         n_read, n_todo = work.select(F.count(F.lit(1)), F.sum(inc.needs_any(spec).cast("long"))).first()
@@ -119,24 +120,27 @@ def locked_run(spec: Spec, spark, sink, inp, keys, run_id, progress_dir, progres
 
 
 def input_rows(spark, spec: Spec):
-    """The input, checked against the spec, with the AI calls' expression arguments computed, after ``where``."""
-    from quail_spark.mapper import with_derived
+    """(the spec with its column names spelled as the input's, ignoring case as Spark does; the input,
+    checked against the spec, with the AI calls' expression arguments computed, after ``where``)."""
+    from quail_spark.mapper import resolve_inputs, resolve_name, with_derived
 
     inp = read_input(spark, spec)
     try:
+        spec = dataclasses.replace(spec, key=resolve_name(inp.columns, spec.key, "key"),
+                                   columns=resolve_inputs(inp.columns, spec.columns))
         inp = with_derived(inp, spec.columns)
     except (TypeError, ValueError) as e:
         raise SpecError(str(e)) from None
     inc.check_input(spec, inp)
     if not spec.where:
-        return inp
+        return spec, inp
     from pyspark.errors import AnalysisException, ParseException
 
     try:
-        return inp.where(spec.where)
+        return spec, inp.where(spec.where)
     except (AnalysisException, ParseException) as e:
         raise SpecError(f"spec key 'where': {spec.where!r} does not apply to the input: "
-                        f"{str(e).splitlines()[0]}") from None
+                        f"{error_line(e)}") from None
 
 
 def stage(spec, spark, sink, work, input_schema, run_id, n_read, n_todo, progress_dir, progress_every) -> dict:
@@ -154,7 +158,8 @@ def stage(spec, spark, sink, work, input_schema, run_id, n_read, n_todo, progres
         plan = stage_plan(spec, spark, run_id, progress_dir, counters)
         out_df = out_df.unionByName(ai_rows(spec, spark, work, input_schema, plan, n_todo))
     out_df = out_df.persist(StorageLevel.MEMORY_AND_DISK)
-    data_df, state_df = out_df.drop("_ai_hash"), out_df.select(spec.key, "_ai_hash")
+    data_df = out_df.drop("_ai_hash")
+    state_df = out_df.select(guard.column(spec.key), "_ai_hash", guard.row_print(out_df, spec.key).alias(guard.ROW_PRINT))
     staged = sink.staging(run_id, schema=_arrow_schema(data_df.schema))
     t_ai, line = time.time(), None
     if n_todo:
@@ -193,11 +198,19 @@ def ai_rows(spec: Spec, spark, work, input_schema, plan: StagePlan, n_todo: int)
     scheduling), so scans and shuffles run on executors without holding one.
     """
     n_tasks = max(spark.sparkContext.defaultParallelism, math.ceil(n_todo / ROWS_PER_TASK))
-    todo = work.where(inc.needs_any(spec)).repartition(n_tasks, spec.key)
-    schema = StructType([input_schema[spec.key], *[
+    todo = work.where(inc.needs_any(spec)).repartition(n_tasks, guard.column(spec.key))
+    # pyspark's mapInArrow reads its input columns by name, and a dot in a name is a path there: such
+    # columns cross under plain names (positional renames) and the key gets its name back after
+    plain = {n: f"__in{i}" for i, n in enumerate(todo.columns) if "." in n or "`" in n}
+    if plain:
+        todo = todo.toDF(*[plain.get(n, n) for n in todo.columns])
+        plan = dataclasses.replace(plan, key=plain.get(plan.key, plan.key), columns=tuple(
+            dataclasses.replace(c, inputs=tuple(plain.get(x, x) for x in c.inputs)) for c in plan.columns))
+    schema = StructType([StructField(plan.key, input_schema[spec.key].dataType), *[
         StructField(c.name, _parse_datatype_string(c.result_type)) for c in spec.columns],
         StructField("_ai_error", StringType()), StructField("_ai_hash", StringType())])
-    return todo.mapInArrow(functools.partial(enrich_task, plan), schema, profile=gpu_profile(spec, spark))
+    out = todo.mapInArrow(functools.partial(enrich_task, plan), schema, profile=gpu_profile(spec, spark))
+    return out.toDF(spec.key, *out.columns[1:]) if plain else out
 
 
 def gpu_profile(spec: Spec, spark):
@@ -227,7 +240,7 @@ def _report(spec, spark, staged, run_id, n_read, n_todo, counters, ai_s) -> dict
     n_err, examples = counters.get("errored", 0), []
     if n_err:  # the accumulator counts successful task attempts; the staged files name the rows
         errored = spark.read.parquet(staged).where(F.col("_ai_error").isNotNull())
-        examples = [f"{spec.key}={r[0]!r}: {r[1]}" for r in errored.select(spec.key, "_ai_error").limit(3).collect()]
+        examples = [f"{spec.key}={r[0]!r}: {r[1]}" for r in errored.select(guard.column(spec.key), "_ai_error").limit(3).collect()]
     tokens = counters.get("requested_tokens", 0)
     return {"run_id": run_id, "spec_hash": spec.spec_hash(), "model": spec.model, "device": spec.device,
             "rows_read": n_read, "rows_skipped": n_read - n_todo, "rows_enriched": n_todo - n_err,

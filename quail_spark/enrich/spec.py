@@ -102,7 +102,10 @@ def read_file(path: str):
         except ImportError:
             raise SpecError(f"{path}: YAML specs need PyYAML, which is not installed; "
                             "install it (pip install pyyaml) or write the spec as JSON") from None
-        raw = yaml.safe_load(text)
+        try:
+            raw = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            raise SpecError(f"{path}: not valid YAML ({' '.join(str(e).split())})") from None
     else:
         try:
             raw = json.loads(text)
@@ -138,9 +141,13 @@ def parse_spec(raw, base_dir: str = ".") -> Spec:
     if not raw["columns"]:
         raise SpecError("spec key 'columns': expected at least one {name: AI call}")
     cols = tuple(parse_column(name, expr) for name, expr in raw["columns"].items())
+    taken = {n.lower(): n for n in (raw["key"], *RESERVED)}  # Spark's column names ignore case
     for c in cols:
-        if c.name in RESERVED or c.name == raw["key"]:
-            raise SpecError(f"column {c.name!r}: the name is taken (key {raw['key']!r}, {RESERVED})")
+        if c.name.lower() in taken:
+            raise SpecError(f"column {c.name!r}: the name is taken by {taken[c.name.lower()]!r} (column names "
+                            f"ignore case; the output holds the key {raw['key']!r}, the AI columns and "
+                            "'_ai_error')")
+        taken[c.name.lower()] = c.name
     engine = dict(raw.get("engine", {}))
     for k in ("model", "device"):
         if k in engine:

@@ -45,7 +45,7 @@ def rows(path) -> list:
 def hashes(path) -> dict:
     """key -> ``_ai_hash`` of a Parquet output's rerun state (in its version folder)."""
     t = pq.read_table(Path(path) / "_ai_state")
-    assert t.column_names == ["id", "_ai_hash"], t.column_names
+    assert t.column_names == ["id", "_ai_hash", "_ai_row"], t.column_names  # _ai_row: the row's print
     return dict(zip(t["id"].to_pylist(), t["_ai_hash"].to_pylist()))
 
 

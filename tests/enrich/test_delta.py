@@ -42,7 +42,7 @@ def test_delta_output_commits_one_version_per_run_and_survives_sigkills(spark, t
     first = delta_rows(out)
     assert (r1["rows_enriched"], len(first), version(out), version(state)) == (n, n, 0, 0)
     assert r1["output"] == f"delta table {out}" and (tmp_path / "out.report.json").exists()
-    assert deltalake.DeltaTable(str(state)).to_pyarrow_table().column_names == ["id", "_ai_hash"]
+    assert deltalake.DeltaTable(str(state)).to_pyarrow_table().column_names == ["id", "_ai_hash", "_ai_row"]
 
     r2 = enrich(spark, spec)  # nothing changed: nothing recomputed, the same rows in a new version
     assert (r2["rows_skipped"], r2["rows_enriched"], r2["requested_tokens"]) == (n, 0, 0)

@@ -159,10 +159,18 @@ def test_iceberg_output_commits_one_snapshot_per_run(spark, tmp_path):
     assert table.current_snapshot().summary.operation.value == "overwrite"
     assert table.schema().column_names == FIELDS
     state = cat.load_table("ai.notes__ai_state")
-    assert state.schema().column_names == ["id", "_ai_hash"] and state.scan().to_arrow().num_rows == len(got)
+    assert state.schema().column_names == ["id", "_ai_hash", "_ai_row"]
+    assert state.scan().to_arrow().num_rows == len(got)
 
     cat.drop_table("ai.notes__ai_state")  # no state: every row is recomputed, never an error
     assert enrich(spark, spec)["rows_enriched"] == len(got)
+
+    # the table's columns follow the spec: one dropped, one's type changed (ai_if -> ai_score), one added
+    cols = {"complaint": "ai_score('Is {0} a complaint?', body)", "p": COLUMNS["p"], "short": COLUMNS["complaint"]}
+    enrich(spark, write_spec(tmp_path, columns=cols, output="iceberg:ai.notes"))
+    t = cat.load_table("ai.notes").scan().to_arrow()
+    assert t.column_names == ["id", "complaint", "p", "short", "_ai_error"]
+    assert t.schema.field("complaint").type == pa.float64() and t.num_rows == len(got)
 
 
 def test_a_batch_that_fails_on_the_last_attempt_becomes_row_errors(spark, tmp_path):
@@ -191,6 +199,19 @@ def test_json_lines_csv_and_catalog_table_inputs_give_the_parquet_rows(spark, tm
         out = src.replace(".", "_") + ".parquet"
         enrich(spark, write_spec(tmp_path, src + ".json", input=src, output=out, columns=cols, where=None))
         assert rows_of_fields(tmp_path / out) == want, src
+
+    # names Spark reads as paths or spells otherwise: a dot in the key and in a document column (written
+    # in backquotes), the spec's key in another case; a rerun matches every row
+    dotted = data.rename_columns(["user.id", "msg.body", "lang"])
+    pq.write_table(dotted, tmp_path / "dotted.parquet")
+    spec = write_spec(tmp_path, "dotted.json", input="dotted.parquet", output="dotted_out.parquet", key="USER.ID",
+                      columns={"complaint": "ai_if('Is {0} a complaint?', `msg.body`)"}, where=None)
+    assert enrich(spark, spec)["rows_enriched"] == 5
+    got = pq.read_table(tmp_path / "dotted_out.parquet")
+    assert got.column_names == ["user.id", "complaint", "_ai_error"]
+    assert sorted(zip(*got.to_pydict().values())) == want
+    again = enrich(spark, spec)
+    assert (again["rows_skipped"], again["warnings"]) == (5, [])
 
 
 def rows_of_fields(path):

@@ -68,6 +68,11 @@ def test_bad_engine_settings_and_reserved_names():
         parse_spec({**BASE, "engine": {"token_budgit": 64}})
     with pytest.raises(SpecError, match="column '_ai_error'"):
         parse_spec({**BASE, "columns": {"_ai_error": "ai_if('Is {0} late?', body)"}})
+    # Spark's column names ignore case: a column named like the key, '_ai_error' or another column
+    for cols in ({"ID": "ai_if('Is {0} late?', body)"}, {"_AI_Error": "ai_if('Is {0} late?', body)"},
+                 {"c": "ai_if('Is {0} late?', body)", "C": "ai_if('Is {0} early?', body)"}):
+        with pytest.raises(SpecError, match=f"column {list(cols)[-1]!r}: the name is taken by"):
+            parse_spec({**BASE, "columns": cols})
     with pytest.raises(SpecError, match=r"missing \['key'\]"):
         parse_spec({k: v for k, v in BASE.items() if k != "key"})
 
@@ -81,3 +86,6 @@ def test_json_and_yaml_files(tmp_path):
     (tmp_path / "bad.json").write_text("{")
     with pytest.raises(SpecError, match="not valid JSON"):
         load_spec(tmp_path / "bad.json")
+    (tmp_path / "bad.yaml").write_text("input: a.parquet\ncolumns: {c: 'ai_if(x)'\n")
+    with pytest.raises(SpecError, match="bad.yaml: not valid YAML .*line 3"):
+        load_spec(tmp_path / "bad.yaml")

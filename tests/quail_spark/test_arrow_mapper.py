@@ -115,6 +115,13 @@ def test_columns_are_checked_on_the_driver(spark):
         quail_spark.ArrowMapper(df.schema, {"c": "ai_if('Is {0} ok?', n)"}, **mq.TINY)
     with pytest.raises(ValueError, match="column 'body': the name is taken"):
         quail_spark.ArrowMapper(df.schema, {"body": "ai_if('Is {0} ok?', body)"}, **mq.TINY)
+    with pytest.raises(ValueError, match="column 'BODY': the name is taken by 'body'"):  # names ignore case
+        quail_spark.ArrowMapper(df.schema, {"BODY": "ai_if('Is {0} ok?', body)"}, **mq.TINY)
+    m = quail_spark.ArrowMapper(df.schema, {"c": "ai_if('Is {0} ok?', BODY)"}, **mq.TINY)  # as spark.sql reads it
+    assert m.columns[0].inputs == ("body",)
+    two = spark.createDataFrame([(1, "a", "b")], "id int, body string, Body string")
+    with pytest.raises(ValueError, match="'BODY' is ambiguous"):
+        quail_spark.ArrowMapper(two.schema, {"c": "ai_if('Is {0} ok?', BODY)"}, **mq.TINY)
     with pytest.raises(ValueError, match="expected one AI call"):
         quail_spark.ArrowMapper(df.schema, {"c": "upper(body)"}, **mq.TINY)
 
