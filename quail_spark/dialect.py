@@ -18,6 +18,7 @@ follow it, with an optional last ``map(...)`` of hints.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 
@@ -62,13 +63,16 @@ def to_spark(sql: str, dialect: str | None = None) -> tuple[str, tuple]:
     for tree in trees:
         for node in list(tree.walk()):
             name = _ai_name(node)
-            if name and dialect == "spark" and _template_per_row(node):
-                continue  # Spark's call as written: the executor reads each row's template
-            if name:
-                call = _ai_call(node, name)
-                calls.append(call)
-                if dialect != "spark":
-                    node.replace(_spark_call(call))
+            if not name:
+                continue
+            if dialect == "spark":  # Spark's call as written; a template, labels or hint read from
+                if not _template_per_row(node):  # columns is for Spark and the executor (per row)
+                    with contextlib.suppress(UnsupportedSQL):
+                        calls.append(_ai_call(node, name))
+                continue
+            call = _ai_call(node, name)
+            calls.append(call)
+            node.replace(_spark_call(call))
     if dialect == "spark":
         return sql, tuple(calls)
     return ";\n".join(t.sql(dialect="spark", normalize_functions=False) for t in trees), tuple(calls)

@@ -31,6 +31,14 @@ QUERIES = {
     "cte_chain": (
         "WITH c AS (SELECT id, body FROM notes WHERE ai_if('Is {0} a complaint?', body) "
         "AND ai_if('Is {0} about money?', body)) SELECT count(*) FROM c"),
+    # a hint that is not literals tells the plan nothing: the calls run as written
+    "hint_from_a_column": "SELECT id FROM notes WHERE ai_if('Is {0} a complaint?', body, map('selectivity', year / 4000))",
+    "select_hint_from_a_column": (
+        "SELECT id, round(ai_score('Is {0} a complaint?', body, map('selectivity', year / 4000)), 4) FROM notes"),
+    # the anchor hint may name the outer query's side of a correlated subquery
+    "exists_anchor_outer": (
+        "SELECT t.tid FROM terms t WHERE EXISTS (SELECT 1 FROM notes n "
+        "WHERE ai_if('Does {0} mention {1}?', n.body, t.term, map('anchor', 't')))"),
 }
 MENTION = "Does {0} mention {1}?"
 
@@ -77,3 +85,39 @@ def test_dataframe_api_same_rows_and_rewritten(smol):
     assert collect(smol, chain, True) == collect(smol, chain, False)
     smol.conf.set("spark.quail.optimizer.enabled", "true")
     assert "quail_chain" in chain()._jdf.queryExecution().optimizedPlan().toString()
+
+
+def test_rows_in_an_order_the_query_asked_for_keep_it(smol):
+    """An AI call over ORDER BY ... LIMIT (or over ordered rows): no partition-local sort on the document
+    goes between, so the LIMIT keeps the rows the ORDER BY chose and the rows keep its order (the bodies
+    here sort opposite to the ids, as a sort on the document would put them)."""
+    words = ["zebra", "yak", "wolf", "toad", "mole", "ant"]
+    smol.createDataFrame([(i, f"The {w} ate my parcel") for i, w in enumerate(words, 1)],
+                         "id int, body string").createOrReplaceTempView("ordered_notes")
+    score = "round(ai_score('Is {0} a complaint?', body), 4)"
+    queries = {
+        "limit": f"SELECT id, {score} FROM (SELECT * FROM ordered_notes ORDER BY id LIMIT 4)",
+        "limit_offset": f"SELECT id, {score} FROM (SELECT * FROM ordered_notes ORDER BY id LIMIT 3 OFFSET 1)",
+        "ordered": f"SELECT id, {score} FROM (SELECT * FROM ordered_notes ORDER BY id)",
+        "filter_limit": f"SELECT id FROM (SELECT * FROM ordered_notes ORDER BY id) WHERE {score} >= 0 LIMIT 3",
+    }
+    want_ids = {"limit": [1, 2, 3, 4], "limit_offset": [2, 3, 4], "ordered": [1, 2, 3, 4, 5, 6],
+                "filter_limit": [1, 2, 3]}
+    frame = lambda: (smol.table("ordered_notes").orderBy("id").limit(4)  # noqa: E731
+                     .withColumn("s", F.round(quail_spark.ai_score("Is {0} a complaint?", "body"), 4)))
+    for name, q in [*queries.items(), ("dataframe", frame)]:
+        got = {}
+        for on in (True, False):
+            smol.conf.set("spark.quail.optimizer.enabled", str(on).lower())
+            got[on] = [tuple(r) for r in (smol.sql(q) if isinstance(q, str) else q()).collect()]
+        assert got[True] == got[False], name
+        assert [r[0] for r in got[True]] == want_ids.get(name, [1, 2, 3, 4]), name
+
+
+def test_quail_session_runs_spark_calls_whose_labels_or_hint_come_from_columns(smol):
+    """QuailSession hands Spark-spelled SQL to spark.sql: labels or a hint read from columns are Spark's to
+    analyse and the function's to read per row, as with spark.sql, not refused as non-literal."""
+    qs = quail_spark.QuailSession(smol, model="smollm2-135m", device="cpu", kv_pool_tokens=8192)
+    for q in ("SELECT id, ai_classify(body, array(kind, 'other')) FROM notes",
+              "SELECT id, ai_if('Is {0} a complaint?', body, named_struct('selectivity', year / 4000)) FROM notes"):
+        assert sorted(tuple(r) for r in qs.sql(q).collect(progress=False)) == collect(smol, q, True), q

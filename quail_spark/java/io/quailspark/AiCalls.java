@@ -19,7 +19,14 @@ import org.apache.spark.sql.catalyst.expressions.LessThan;
 import org.apache.spark.sql.catalyst.expressions.LessThanOrEqual;
 import org.apache.spark.sql.catalyst.expressions.Literal$;
 import org.apache.spark.sql.catalyst.expressions.PythonUDF;
+import org.apache.spark.sql.catalyst.plans.logical.Filter;
+import org.apache.spark.sql.catalyst.plans.logical.GlobalLimit;
+import org.apache.spark.sql.catalyst.plans.logical.LocalLimit;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
+import org.apache.spark.sql.catalyst.plans.logical.Offset;
+import org.apache.spark.sql.catalyst.plans.logical.Project;
+import org.apache.spark.sql.catalyst.plans.logical.Sort;
+import org.apache.spark.sql.catalyst.plans.logical.SubqueryAlias;
 import org.apache.spark.sql.catalyst.util.ArrayData;
 import org.apache.spark.sql.catalyst.util.MapData;
 import org.apache.spark.sql.internal.SQLConf;
@@ -85,6 +92,21 @@ final class AiCalls {
      */
     static boolean same(Expression a, Expression b) {
         return a.canonicalized().equals(b.canonicalized());
+    }
+
+    /**
+     * Whether the rows of {@code p} come in an order the query asked for: a global sort (ORDER BY),
+     * seen through the nodes that keep their child's order (Project, Filter, a subquery alias, LIMIT,
+     * OFFSET). A local sort put over such rows would change the order, and which rows a LIMIT
+     * above keeps: no local sort goes there.
+     */
+    static boolean userOrdered(LogicalPlan p) {
+        while (true) {
+            if (p instanceof Sort) return ((Sort) p).global();
+            if (!(p instanceof Project || p instanceof Filter || p instanceof SubqueryAlias
+                    || p instanceof LocalLimit || p instanceof GlobalLimit || p instanceof Offset)) return false;
+            p = p.children().head();
+        }
     }
 
     static boolean containsAi(Expression e) {
@@ -251,6 +273,12 @@ final class AiCalls {
             args.remove(args.size() - 1);
         }
         return args;
+    }
+
+    /** Whether a call's hint (a map or struct last) is not made of literals: {@code map('selectivity', col)}. */
+    static boolean columnHint(PythonUDF call) {
+        List<Expression> args = CollectionConverters.asJava(call.children());
+        return !args.isEmpty() && isHint(args.get(args.size() - 1).dataType()) && !args.get(args.size() - 1).foldable();
     }
 
     /** The hints of any AI call (its foldable last argument when that is a map or struct), else empty. */

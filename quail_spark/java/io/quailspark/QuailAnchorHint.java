@@ -9,6 +9,7 @@ import org.apache.spark.sql.catalyst.expressions.CreateNamedStruct;
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.Literal;
 import org.apache.spark.sql.catalyst.expressions.Literal$;
+import org.apache.spark.sql.catalyst.expressions.OuterReference;
 import org.apache.spark.sql.catalyst.expressions.PythonUDF;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.catalyst.rules.Rule;
@@ -71,9 +72,19 @@ final class QuailAnchorHint extends Rule<LogicalPlan> {
         return udf.withNewChildren(AiCalls.seq(args));
     }
 
-    /** The column's attributes come from the table alias {@code name}, or one is the column {@code name}. */
+    /** The column's attributes (an outer query's too, in a correlated subquery) come from the table alias
+     * {@code name}, or one is the column {@code name}. */
     private static boolean names(Expression col, String name) {
-        for (Attribute a : CollectionConverters.asJava(col.references().toSeq())) {
+        List<Attribute> attrs = new ArrayList<>();
+        col.foreach(new scala.runtime.AbstractFunction1<Expression, scala.runtime.BoxedUnit>() {
+            @Override
+            public scala.runtime.BoxedUnit apply(Expression x) {
+                Expression a = x instanceof OuterReference ? (Expression) ((OuterReference) x).e() : x;
+                if (a instanceof Attribute) attrs.add((Attribute) a);
+                return scala.runtime.BoxedUnit.UNIT;
+            }
+        });
+        for (Attribute a : attrs) {
             if (a.name().equalsIgnoreCase(name)) return true;
             List<String> q = CollectionConverters.asJava(a.qualifier());
             if (!q.isEmpty() && q.get(q.size() - 1).equalsIgnoreCase(name)) return true;

@@ -69,8 +69,10 @@ import scala.runtime.AbstractPartialFunction;
  * deterministic projects). A filter that is a plain AND of one-column ai_if is
  * {@link QuailFilterChain}'s (it runs first); the fused calls leave no user AI
  * call in the node, so applying the rule again changes nothing. Calls nested in
- * another AI call, with no column argument, or over columns the node's child
- * does not produce (a lambda variable, an outer reference) stay as they are.
+ * another AI call, with no column argument, with a hint that is not literals
+ * (it tells the plan nothing; the function reads it per row), or over columns
+ * the node's child does not produce (a lambda variable, an outer reference)
+ * stay as they are.
  */
 public class QuailFuseCalls extends AiRule {
     static final String[] FIELDS = {"flags", "scores", "labels"};
@@ -136,7 +138,7 @@ public class QuailFuseCalls extends AiRule {
         for (Expression e : exprs) {
             for (PythonUDF call : calls(e)) {
                 List<Expression> cols = columns(call);
-                if (cols.isEmpty() || !call.references().subsetOf(child.outputSet())) continue;
+                if (cols.isEmpty() || AiCalls.columnHint(call) || !call.references().subsetOf(child.outputSet())) continue;
                 List<PythonUDF> group = byDoc.computeIfAbsent(cols.get(0).canonicalized(), k -> new ArrayList<>());
                 if (group.stream().noneMatch(y -> AiCalls.same(call, y))) group.add(call);
             }
@@ -227,6 +229,7 @@ public class QuailFuseCalls extends AiRule {
         }
 
         private LogicalPlan localSort(List<PythonUDF> group, LogicalPlan child) {
+            if (AiCalls.userOrdered(child)) return child;  // an ORDER BY's rows keep its order
             List<Expression> keys = new ArrayList<>();
             for (PythonUDF call : group) {
                 for (Expression c : QuailFuseCalls.columns(call)) {

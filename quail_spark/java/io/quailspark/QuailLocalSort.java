@@ -34,7 +34,9 @@ import scala.jdk.javaapi.CollectionConverters;
  * The sort survives Spark's EliminateSorts below order-insensitive aggregates
  * and joins: that rule only looks through deterministic filters, and the
  * internal UDFs are non-deterministic. A filter already over a local sort on
- * the same keys is left as it is (idempotent).
+ * the same keys is left as it is (idempotent), and so are rows in an order the query asked
+ * for (an ORDER BY below, seen through projections, filters and limits): a local sort would
+ * change it, and which rows a LIMIT above keeps.
  */
 public class QuailLocalSort extends AiRule {
 
@@ -58,7 +60,7 @@ public class QuailLocalSort extends AiRule {
                 if (keys.stream().noneMatch(y -> AiCalls.same(doc, y))) keys.add(doc);
             }
         }
-        if (keys.isEmpty() || sortedBy(f.child(), keys)) return f;
+        if (keys.isEmpty() || sortedBy(f.child(), keys) || AiCalls.userOrdered(f.child())) return f;
         List<SortOrder> order = new ArrayList<>();
         for (Expression k : keys) {
             order.add(new SortOrder(k, Ascending$.MODULE$, Ascending$.MODULE$.defaultNullOrdering(),
