@@ -19,8 +19,11 @@ numbers of its own:
   score threshold, top-k, an aggregate): per document, each call's SoL seconds
   per row (the first computes the document, later ones their question) and
   the group's cost;
+- AI calls on each row's partners (``quail_match``: outer / semi / anti joins,
+  correlated EXISTS / IN), which carry no estimate;
 - AI calls the rules did not plan (rules off, or shapes they leave alone);
-- the total the plan's estimates add up to.
+- the total the plan's estimates add up to (each call site once: a UNION's two
+  branches are two sites).
 
 Sites are listed in evaluation order: deeper in the plan first.
 """
@@ -30,7 +33,7 @@ import contextlib
 import io
 import json
 
-INTERNAL = ("quail_chain(", "quail_join(", "quail_join_score(", "quail_eval(")
+INTERNAL = ("quail_chain(", "quail_join(", "quail_join_score(", "quail_eval(", "quail_match(", "quail_match_score(")
 
 
 def plan_text(df, mode: str = "cost") -> str:
@@ -54,11 +57,13 @@ def optimized_section(text: str) -> str:
 
 
 def planned_calls(text: str) -> list:
-    """[(kind 'chain', 'join', 'join_score' or 'eval', spec dict)] of the rules' calls in the optimized plan of
-    ``text``, in evaluation order (deeper lines first); each spec once."""
-    section, found, seen = optimized_section(text), [], set()
+    """[(kind 'chain', 'join', 'join_score', 'eval', 'match' or 'match_score', spec dict)] of the rules' calls
+    in the optimized plan of ``text``, in evaluation order (deeper lines first); a spec repeated on one line
+    once, the same spec on two lines (two branches of a UNION) twice."""
+    section, found = optimized_section(text), []
     decoder = json.JSONDecoder()
     for line in section.splitlines():
+        seen = set()
         for name in INTERNAL:
             start = line.find(name)
             while start >= 0:
@@ -87,6 +92,7 @@ def explain_plan(text: str, calls=(), model: str = "") -> str:
     chains = [s for k, s in planned if k == "chain"]
     joins = [s for k, s in planned if k in ("join", "join_score")]
     evals = [s for k, s in planned if k == "eval" and "cost" in s]
+    matches = [s for k, s in planned if k in ("match", "match_score")]
     total = {"requested": 0.0, "fresh": 0.0, "seconds": 0.0}
     if chains:
         out.append("== AI filter order (as the plan evaluates; rank = SoL s per row / (1 - selectivity)) ==")
@@ -103,21 +109,28 @@ def explain_plan(text: str, calls=(), model: str = "") -> str:
         for spec in evals:
             out += _eval(spec)
             _add(total, spec["cost"])
+    if matches:
+        out.append("== AI calls on each row's partners (outer / semi / anti joins, correlated subqueries: every "
+                   "pair evaluated, the row's document first; no estimate) ==")
+        out += [f"  {'ai_score' if s.get('kind') == 'score' else 'ai_if'}"
+                f"({s['template'] if 'template' in s else 'each row template'!r})" for s in matches]
     orders = {json.dumps(s["join_order"], sort_keys=True): s["join_order"] for s in joins if "join_order" in s}
     if orders:
         out.append("== AI join order (Selinger-style over the AI predicates; SoL s, survivor-thinned) ==")
         for o in orders.values():
             out += [f"  chosen: {' > '.join(o['chosen'])}  cost {o['seconds']:.3g} s",
                     f"  written: {' > '.join(o['written'])}  cost {o['written_seconds']:.3g} s"]
-    templates = ({c["template"] for s in chains + evals for c in s["calls"]} | {s["template"] for s in joins})
+    templates = ({c["template"] for s in chains + evals for c in s["calls"]}
+                 | {s["template"] for s in joins + matches if "template" in s})
     rest = [c for c in calls if c.template not in templates]
     if rest:
         out.append("== AI calls the rules did not plan (no estimate: evaluated as written) ==")
         out += [f"  {_call(c)}" for c in rest]
-    if planned:
+    if chains or joins or evals:
+        unpriced = " (the calls on partners carry none)" if matches else ""
         out += ["== SoL estimate ==",
                 f"the planned AI calls: {total['requested']:,.0f} tokens requested, {total['fresh']:,.0f} fresh; SoL "
-                f"{total['seconds']:.3g} s{f' ({model})' if model else ''}"]
+                f"{total['seconds']:.3g} s{f' ({model})' if model else ''}{unpriced}"]
     return "\n".join(out)
 
 

@@ -85,3 +85,33 @@ def test_a_plan_without_the_rules_calls_prints_no_estimate():
     off = "== Optimized Logical Plan ==\nFilter ai_if(Is {0} long?, body#1)\n+- LocalRelation [body#1]\n"
     text = explain_plan(off, to_spark("SELECT body FROM t WHERE ai_if('Is {0} long?', body)")[1])
     assert "== SoL estimate" not in text and "  ai_if('Is {0} long?', body)" in text
+
+
+def test_two_sites_of_one_spec_count_twice_and_a_line_repeating_it_once():
+    """A UNION of the same AI filter: two chains run (two lines), so the total is two chains' cost."""
+    union = f"""== Optimized Logical Plan ==
+Union false, false
+:- Filter pythonUDF0#18: boolean
+:  +- ArrowEvalPython [quail_chain({CHAIN_SPEC}, body#12)#17, quail_chain({CHAIN_SPEC}, body#12)#17], [pythonUDF0#18]
+:     +- LocalRelation [id#11, body#12]
++- Filter pythonUDF0#28: boolean
+   +- ArrowEvalPython [quail_chain({CHAIN_SPEC}, body#22)#27], [pythonUDF0#28], 250
+      +- LocalRelation [id#21, body#22]
+"""
+    assert [k for k, _ in planned_calls(union)] == ["chain", "chain"]
+    assert explain_plan(union).endswith("the planned AI calls: 715,000 tokens requested, 652,600 fresh; SoL 1.5 s")
+
+
+def test_calls_on_partners_are_listed_as_planned_without_an_estimate():
+    spec = '{"template": "Does {0} mention {1}?"}'
+    left = f"""== Optimized Logical Plan ==
+Project [id#1, tid#4]
++- Generate explode(quail_matched#9), true, [tid#4]
+   +- Project [id#1, pythonUDF0#8 AS m0#7]
+      +- ArrowEvalPython [quail_match({spec}, transform(parts#5, x -> body#2), transform(parts#5, x -> x.term))#6], [pythonUDF0#8], 250
+         +- LocalRelation [id#1, body#2, parts#5]
+"""
+    calls = to_spark("SELECT n.id, t.tid FROM n LEFT JOIN t ON ai_if('Does {0} mention {1}?', n.body, t.term)")[1]
+    text = explain_plan(left, calls)
+    assert "== AI calls on each row's partners" in text and "  ai_if('Does {0} mention {1}?')" in text
+    assert "did not plan" not in text and "== SoL estimate" not in text  # no estimate, no made-up total

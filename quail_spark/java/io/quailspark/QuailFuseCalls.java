@@ -320,7 +320,8 @@ public class QuailFuseCalls extends AiRule {
     private static String template(PythonUDF call) {
         Expression first = call.children().apply(0);
         Object v = first.foldable() && !AiCalls.isHint(first.dataType()) ? first.eval(null) : null;
-        return v instanceof org.apache.spark.unsafe.types.UTF8String ? v.toString() : "";
+        if (v instanceof org.apache.spark.unsafe.types.UTF8String) return v.toString();
+        return field(call) == 2 ? "{0}" : "";  // ai_classify(col, labels): the document is the question
     }
 
     private static int indexOf(List<Expression> args, Expression e) {
