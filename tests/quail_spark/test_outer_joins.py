@@ -46,6 +46,9 @@ QUERIES = {
     "left_empty_partner": f"SELECT a.id, t.kid FROM a LEFT JOIN (SELECT * FROM t WHERE kid < 0) t ON {AI}",
     "full_empty_left": f"SELECT a.id, t.kid FROM (SELECT * FROM a WHERE id < 0) a FULL JOIN t ON {AI}",
     "not_exists_empty": f"SELECT a.id FROM a WHERE NOT EXISTS (SELECT 1 FROM t WHERE t.kid < 0 AND {AI})",
+    "exists_in_select": f"SELECT a.id, EXISTS (SELECT 1 FROM t WHERE {AI}) AS e FROM a",
+    "in_in_select": f"SELECT a.id, a.k IN (SELECT t.k FROM t WHERE {AI}) AS e FROM a",
+    "in_two_columns": f"SELECT a.id FROM a WHERE (a.k, a.id) IN (SELECT t.k, t.n FROM t WHERE {AI})",
 }
 
 
@@ -64,6 +67,7 @@ def expected(name: str, match) -> Counter:
         "exists_under_or": lambda a, t: t[0] > 12 and match(a, t),
         "in": match, "not_in": match,
         "left_empty_partner": lambda a, t: False, "full_empty_left": match, "not_exists_empty": lambda a, t: False,
+        "exists_in_select": match, "in_in_select": match, "in_two_columns": match,
     }[name]
     if name == "left_empty_partner":
         T = []
@@ -84,6 +88,15 @@ def expected(name: str, match) -> Counter:
         rows = [(a[0],) for a in A if any(on(a, t) for t in T)]
     elif name in ("left_anti", "not_exists", "not_exists_empty"):
         rows = [(a[0],) for a in A if not any(on(a, t) for t in T)]
+    elif name == "exists_in_select":
+        rows = [(a[0], any(on(a, t) for t in T)) for a in A]
+    elif name == "in_in_select":  # three-valued IN as a column: TRUE, FALSE or NULL
+        for a in A:
+            ks = [t[2] for t in T if on(a, t)]
+            found = a[2] is not None and a[2] in ks
+            rows.append((a[0], True if found else None if ks and (a[2] is None or None in ks) else False))
+    elif name == "in_two_columns":  # kept when some matched (t.k, t.n) equals (a.k, a.id)
+        rows = [(a[0],) for a in A if any(on(a, t) and t[2] == a[2] and t[3] == a[0] for t in T)]
     elif name == "exists_under_or":
         rows = [(a[0],) for a in A if a[0] == 4 or any(on(a, t) for t in T)]
     else:  # IN / NOT IN over the matched t.k, three-valued: NULL when no equal value and a NULL is involved

@@ -4,10 +4,10 @@ import java.util.ArrayList;
 import java.util.List;
 
 import org.apache.spark.sql.SparkSession;
-import org.apache.spark.sql.catalyst.expressions.ArrayContains;
-import org.apache.spark.sql.catalyst.expressions.ArrayTransform;
+import org.apache.spark.sql.catalyst.expressions.ArrayExists;
 import org.apache.spark.sql.catalyst.expressions.Attribute;
 import org.apache.spark.sql.catalyst.expressions.AttributeSet;
+import org.apache.spark.sql.catalyst.expressions.EqualTo;
 import org.apache.spark.sql.catalyst.expressions.Exists;
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.GetStructField;
@@ -44,9 +44,10 @@ import scala.jdk.javaapi.CollectionConverters;
  *            +- PartnerMatch(t, n, joinCond)             (t.* plus the matched n rows, see PartnerMatch)
  * </pre>
  *
- * {@code v IN (SELECT y ...)} becomes {@code IF(size(matched) = 0, FALSE,
- * array_contains(matched.y, v))}: TRUE when a matched y equals v, NULL when none
- * does but v or a matched y is NULL (SQL's three-valued IN, so NOT IN is right too).
+ * {@code (v1, ...) IN (SELECT y1, ...)} becomes {@code IF(size(matched) = 0, FALSE,
+ * exists(matched, x -> x.y1 = v1 AND ...))}: TRUE when a matched row equals the values,
+ * NULL when none does but a comparison is NULL (SQL's three-valued IN, so NOT IN is right
+ * too). The subquery may stand in a WHERE (a Filter) or as a column of a SELECT list.
  */
 public class QuailAiSubquery extends AiRule {
     public QuailAiSubquery(SparkSession session) {
@@ -60,43 +61,72 @@ public class QuailAiSubquery extends AiRule {
 
     @Override
     LogicalPlan rewrite(LogicalPlan p) {
-        return p instanceof Filter ? rewriteFilter((Filter) p) : p;
+        if (p instanceof Filter) {
+            Filter f = (Filter) p;
+            Rewritten r = rewritten(List.of(f.condition()), f.child());
+            return r == null ? p : new Project(AiCalls.seq(new ArrayList<NamedExpression>(
+                CollectionConverters.asJava(f.child().output()))), new Filter(r.exprs.get(0), r.child));
+        }
+        if (p instanceof Project) {  // EXISTS / IN as a column of a SELECT list
+            Project q = (Project) p;
+            List<Expression> exprs = new ArrayList<>();
+            for (NamedExpression n : CollectionConverters.asJava(q.projectList())) exprs.add((Expression) n);
+            Rewritten r = rewritten(exprs, q.child());
+            if (r == null) return p;
+            List<NamedExpression> named = new ArrayList<>();
+            for (Expression e : r.exprs) named.add((NamedExpression) e);
+            return new Project(AiCalls.seq(named), r.child);
+        }
+        return p;
     }
 
-    private LogicalPlan rewriteFilter(Filter f) {
-        Expression cond = f.condition();
-        LogicalPlan child = f.child();
+    /** Expressions over a child with their AI-correlated subqueries replaced, and the child with the matches. */
+    private static final class Rewritten {
+        final List<Expression> exprs;
+        final LogicalPlan child;
+
+        Rewritten(List<Expression> exprs, LogicalPlan child) {
+            this.exprs = exprs;
+            this.child = child;
+        }
+    }
+
+    /** {@code exprs} over {@code child}, each AI-correlated subquery replaced by a test on its matches; null if none. */
+    private Rewritten rewritten(List<Expression> exprs, LogicalPlan child) {
+        List<Expression> out = new ArrayList<>(exprs);
         boolean changed = false;
-        for (Expression sub = target(cond, child); sub != null; sub = target(cond, child)) {
+        for (Expression sub = target(out, child); sub != null; sub = target(out, child)) {
             Expression found = sub;
             LogicalPlan subPlan = found instanceof Exists ? ((Exists) found).plan() : ((InSubquery) found).query().plan();
             PartnerMatch m = PartnerMatch.build(session, child, subPlan, AiCalls.and(joinCond(found)));
             if (m == null) break;
             Expression replacement = found instanceof Exists ? QuailOuterJoin.hasMatch(m, true) : in(m, (InSubquery) found);
-            cond = cond.transform(new PartnerMatch.Rewrite() {
-                @Override
-                Expression rewrite(Expression e) {
-                    return e == found ? replacement : null;
-                }
-            });
+            for (int i = 0; i < out.size(); i++) {
+                out.set(i, out.get(i).transform(new PartnerMatch.Rewrite() {
+                    @Override
+                    Expression rewrite(Expression e) {
+                        return e == found ? replacement : null;
+                    }
+                }));
+            }
             child = m.plan;
             changed = true;
         }
-        if (!changed) return f;
-        return new Project(AiCalls.seq(new ArrayList<NamedExpression>(CollectionConverters.asJava(f.child().output()))),
-            new Filter(cond, child));
+        return changed ? new Rewritten(out, child) : null;
     }
 
-    /** The first EXISTS or one-column IN subquery of cond correlated through an AI call over child's columns. */
-    private static Expression target(Expression cond, LogicalPlan child) {
+    /** The first EXISTS or IN subquery of exprs correlated through an AI call over child's columns. */
+    private static Expression target(List<Expression> exprs, LogicalPlan child) {
         Expression[] hit = {null};
-        cond.foreach(new scala.runtime.AbstractFunction1<Expression, scala.runtime.BoxedUnit>() {
-            @Override
-            public scala.runtime.BoxedUnit apply(Expression e) {
-                if (hit[0] == null && applies(e, child)) hit[0] = e;
-                return scala.runtime.BoxedUnit.UNIT;
-            }
-        });
+        for (Expression cond : exprs) {
+            cond.foreach(new scala.runtime.AbstractFunction1<Expression, scala.runtime.BoxedUnit>() {
+                @Override
+                public scala.runtime.BoxedUnit apply(Expression e) {
+                    if (hit[0] == null && applies(e, child)) hit[0] = e;
+                    return scala.runtime.BoxedUnit.UNIT;
+                }
+            });
+        }
         return hit[0];
     }
 
@@ -104,8 +134,8 @@ public class QuailAiSubquery extends AiRule {
         LogicalPlan sub;
         if (e instanceof Exists) {
             sub = ((Exists) e).plan();
-        } else if (e instanceof InSubquery && ((InSubquery) e).values().size() == 1
-                && ((InSubquery) e).query().numCols() == 1) {
+        } else if (e instanceof InSubquery
+                && ((InSubquery) e).values().size() == ((InSubquery) e).query().numCols()) {
             sub = ((InSubquery) e).query().plan();
         } else {
             return false;
@@ -121,15 +151,19 @@ public class QuailAiSubquery extends AiRule {
             : ((InSubquery) e).query().joinCond());
     }
 
-    /** v IN (matched y's), three-valued; FALSE when nothing matched. */
+    /** (v1, ..., vn) IN (matched rows), three-valued (a NULL comparison and no TRUE one: NULL); FALSE when
+     * nothing matched. */
     private static Expression in(PartnerMatch m, InSubquery q) {
-        Expression v = q.values().apply(0);
         ArrayType t = (ArrayType) m.matched.dataType();
         NamedLambdaVariable x = new NamedLambdaVariable("x", t.elementType(), false,
             NamedExpression$.MODULE$.newExprId(), new java.util.concurrent.atomic.AtomicReference<>());
-        Expression ys = new ArrayTransform(m.matched, new LambdaFunction(
-            new GetStructField(x, 0, Option.empty()), AiCalls.seq(List.<NamedExpression>of(x)), false));
-        return new If(QuailOuterJoin.hasMatch(m, false), Literal.create(false, BooleanType$.MODULE$),
-            new ArrayContains(ys, v));
+        List<Expression> equal = new ArrayList<>();
+        List<Expression> values = CollectionConverters.asJava(q.values());
+        for (int i = 0; i < values.size(); i++) {
+            equal.add(new EqualTo(new GetStructField(x, i, Option.empty()), values.get(i)));
+        }
+        Expression any = new ArrayExists(m.matched, new LambdaFunction(AiCalls.and(equal),
+            AiCalls.seq(List.<NamedExpression>of(x)), false), true);
+        return new If(QuailOuterJoin.hasMatch(m, false), Literal.create(false, BooleanType$.MODULE$), any);
     }
 }
