@@ -58,6 +58,12 @@ def test_bad_engine_settings(spark):
      ["ai_score", "'tokens'", "positive"]),
     ("SELECT id, ai_classify(body, array('pets', NULL)) FROM notes", ["ai_classify", "label 2", "NULL"]),
     ("SELECT id, ai_classify(body, array('pets')) FROM notes", ["ai_classify", "at least 2 labels"]),
+    # the arguments and the template's placeholders, checked as the renderer checks them
+    ("SELECT id FROM notes WHERE ai_if('Is {0} rude?')", ["ai_if", "at least one column argument", "1 argument"]),
+    ("SELECT id FROM notes WHERE ai_if('Is {0} like {3}?', body)", ["ai_if", "'Is {0} like {3}?'", "found [0, 3]"]),
+    ("SELECT id, ai_score('Is it rude?', body) FROM notes", ["ai_score", "'Is it rude?'", "found none"]),
+    ("SELECT id FROM notes WHERE ai_if('Is {0} rude?', named_struct('text', body))",
+     ["ai_if", "at least one column argument", "the last one, a map or struct, is the hint"]),
 ])
 @pytest.mark.parametrize("rules", ["true", "false"])
 def test_spark_sql_refuses_bad_hints_and_labels_at_analysis(spark, qs, no_jobs, sql, words, rules):

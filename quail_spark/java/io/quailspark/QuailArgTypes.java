@@ -20,8 +20,10 @@ import scala.runtime.AbstractFunction1;
 import scala.runtime.BoxedUnit;
 
 /**
- * Check rule (after analysis, so with the optimizer rules on or off): the document
- * arguments of every AI call are strings and its hint names known keys with valid values,
+ * Check rule (after analysis, so with the optimizer rules on or off): every AI call has
+ * a template and at least one column argument, a literal template's placeholders are
+ * {0}..{n-1} for its n columns (the renderer's rule), the document
+ * arguments are strings and its hint names known keys with valid values,
  * or the query fails before any work with an error that names the function, the argument
  * or hint, and what was written.
  *
@@ -79,6 +81,14 @@ final class QuailArgTypes extends AbstractFunction1<LogicalPlan, BoxedUnit> {
             }
             if (end == 1) first = 0;  // ai_classify(col, labels): no template
         }
+        if (end - first < 1) {
+            throw AiCalls.analysisError(name + ": expected " + (first == 1 ? "a template and " : "")
+                + "at least one column argument, got " + args.size() + " argument(s)"
+                + (args.isEmpty() ? "" : " (" + sqlOf(args) + ")")
+                + (end < args.size() && AiCalls.isHint(args.get(args.size() - 1).dataType())
+                    ? "; the last one, a map or struct, is the hint" : ""));
+        }
+        if (first == 1) checkTemplate(name, args.get(0), end - 1);
         for (int i = first; i < end; i++) {
             Expression a = args.get(i);
             DataType t = a.dataType();
@@ -88,6 +98,29 @@ final class QuailArgTypes extends AbstractFunction1<LogicalPlan, BoxedUnit> {
                     + "; a document argument must be a string: write CAST(" + sql + " AS STRING)");
             }
         }
+    }
+
+    /** A literal template uses placeholders {0}..{n-1}, each column once at least (the renderer's rule,
+     * gpu_worker/ai_calls.py); ai_classify's bare '{0}' too. A template read from a column is checked per row. */
+    private static void checkTemplate(String name, Expression template, int n) {
+        if (!template.foldable() || !isText(template.dataType())) return;
+        Object v = template.eval(null);
+        if (v == null || (name.equals("ai_classify") && v.toString().trim().equals("{0}"))) return;
+        java.util.Set<Integer> used = new java.util.TreeSet<>();
+        java.util.regex.Matcher m = java.util.regex.Pattern.compile("\\{(\\d+)\\}").matcher(v.toString());
+        while (m.find()) used.add(Integer.parseInt(m.group(1)));
+        java.util.Set<Integer> want = new java.util.TreeSet<>();
+        for (int i = 0; i < n; i++) want.add(i);
+        if (!used.equals(want)) {
+            throw AiCalls.analysisError(name + ": template '" + v + "' must use placeholders {0}..{" + (n - 1)
+                + "}, one per column argument (" + n + "); found " + (used.isEmpty() ? "none" : used.toString()));
+        }
+    }
+
+    private static String sqlOf(List<Expression> args) {
+        List<String> out = new ArrayList<>();
+        for (Expression a : args) out.add(a.sql());
+        return String.join(", ", out);
     }
 
     /** Literal labels: at least two, none NULL (a NULL label has no text to offer the model). */
