@@ -236,7 +236,7 @@ def evaluate_together(eng, items, wheres=None) -> list:
 
 def _too_long(place: str, e: PromptTooLong) -> ValueError:
     return ValueError(f"{place}: prompt has {e.n_tokens} tokens, the model's context holds {e.limit}; "
-                      "shorten the document or set on_overflow='truncate'")
+                      + e.advice("set on_overflow='truncate'"))
 
 
 def _margins_or_labels(eng, call: Call, columns, rows) -> list:
@@ -249,7 +249,7 @@ def _margins_or_labels(eng, call: Call, columns, rows) -> list:
         try:
             got = _placed(eng, call, order, [[columns[c][rows[i]] for i in idx] for c in order])
         except PromptTooLong as e:
-            raise PromptTooLong(idx[e.row], e.n_tokens, e.limit) from None
+            raise PromptTooLong(idx[e.row], e.n_tokens, e.limit, frame=e.frame) from None
         for i, x in zip(idx, got):
             out[i] = x
     return out

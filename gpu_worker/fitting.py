@@ -55,7 +55,8 @@ class RequestFitter:
         over = len(head) + len(doc) + len(tail) - self.limit
         if over > 0:
             if not self.truncate or over > len(doc):
-                raise PromptTooLong(row, len(head) + len(doc) + len(tail), self.limit)
+                raise PromptTooLong(row, len(head) + len(doc) + len(tail), self.limit,
+                                    frame=len(head) + len(tail) if self.truncate else None)
             doc = doc[: len(doc) - over]
             self.stats["truncated_rows"] += 1
         return head + doc, tail
@@ -64,7 +65,8 @@ class RequestFitter:
         over = len(head) + len(a) + len(mid) + len(p) + len(post) - self.limit
         if over > 0:
             if not self.truncate or over > len(a) + len(p):
-                raise PromptTooLong(row, len(head) + len(a) + len(mid) + len(p) + len(post), self.limit)
+                raise PromptTooLong(row, len(head) + len(a) + len(mid) + len(p) + len(post), self.limit,
+                                    frame=len(head) + len(mid) + len(post) if self.truncate else None)
             cut_a = min(over, len(a))
             a, p = a[: len(a) - cut_a], p[: len(p) - (over - cut_a)]
             self.stats["truncated_rows"] += 1

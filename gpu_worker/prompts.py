@@ -60,11 +60,19 @@ def pieces_of(text: str, size: int) -> list[str]:
 
 
 class PromptTooLong(ValueError):
-    def __init__(self, row: int, n_tokens: int, limit: int, what: str = "prompt"):
-        self.row, self.n_tokens, self.limit = row, n_tokens, limit
-        super().__init__(
-            f"row {row}: {what} has {n_tokens} tokens, the model's context holds {limit}; "
-            "shorten the document or use EngineConfig(on_overflow='truncate')")
+    """A prompt over the limit. ``frame``: the tokens besides the documents when truncation is on and they
+    alone exceed the limit (cutting documents cannot help)."""
+
+    def __init__(self, row: int, n_tokens: int, limit: int, what: str = "prompt", frame: int | None = None):
+        self.row, self.n_tokens, self.limit, self.frame = row, n_tokens, limit, frame
+        super().__init__(f"row {row}: {what} has {n_tokens} tokens, the model's context holds {limit}; "
+                         + self.advice("use EngineConfig(on_overflow='truncate')"))
+
+    def advice(self, truncate: str) -> str:
+        if self.frame is not None:
+            return (f"the template and chat frame alone take {self.frame} tokens, so truncating the documents "
+                    "cannot fit it: shorten the template or raise max_prompt_tokens")
+        return f"shorten the document or {truncate}"
 
 
 def is_null(value) -> bool:

@@ -82,6 +82,9 @@ def test_truncate_cuts_the_document_never_the_question():
     doc = eng.renderer.encode_batch([long])[0]
     ids = head + doc[: 120 - len(head) - len(tail)] + tail
     assert abs(m[1, 0] - hf_margin(hf, eng, ids)) < 1e-4
+    # a question whose frame alone is over the limit: cutting documents cannot help, and the error says so
+    with pytest.raises(PromptTooLong, match=r"row 0: .*template and chat frame alone take \d+ tokens.*max_prompt_tokens"):
+        eng.filter(["short"], ["Is it " + "really " * 150 + "long?"])
 
 
 def test_question_must_be_text(tiny):
