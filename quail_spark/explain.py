@@ -159,7 +159,8 @@ def _join(spec: dict) -> list:
         call = " AND ".join(f"{score} {op} {x}" for op, x in spec["score_bounds"])
     if spec.get("score_compared") is not None:  # quail_join_score: Spark compares each pair's score
         call = f"ai_score({spec['template']!r}, {cols}) {spec['score_compared']}"
-    out = [f"  {call}: anchor {spec['anchor']} ({spec['why']}); cost {_cost(spec['cost'])}"]
+    pairs = f" over {_n(spec['pairs'])} pairs (join order, survivor-thinned)" if "pairs" in spec else ""
+    out = [f"  {call}: anchor {spec['anchor']} ({spec['why']}){pairs}; cost {_cost(spec['cost'])}"]
     for s in spec["sides"]:
         out.append(f"    {s['column']}: {_n(s['rows'])} rows ({s['rows_source']}), {_n(s['tokens'])} tokens "
                    f"({s['tokens_source']}); as anchor {_cost(s['cost_as_anchor'])}")

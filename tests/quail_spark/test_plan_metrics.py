@@ -105,3 +105,17 @@ def test_a_filter_on_an_ai_column_evaluates_the_call_once(session):
     finally:
         session.conf.set("spark.quail.optimizer.enabled", "true")
     assert off == sorted((r.id, round(r.s, 4)) for r in rows)
+
+
+def test_explain_prices_each_reordered_join_at_the_pairs_the_order_priced(session):
+    """The joins of a reordered three-way query are priced at the survivor-thinned pairs the order was
+    chosen with: their costs add up to the chosen order's, and explain's total is that figure."""
+    import re
+
+    from quail_spark.explain import explain_plan, plan_text
+
+    text = explain_plan(plan_text(session.sql(THREE_WAY.format(notes="notes"))))
+    chosen = float(re.search(r"chosen: .* cost (\S+) s", text).group(1))
+    total = float(re.search(r"the planned AI calls: .* SoL (\S+) s", text).group(1))
+    assert text.count("pairs (join order, survivor-thinned)") == 2
+    assert total == pytest.approx(chosen, rel=0.01)

@@ -149,6 +149,7 @@ public class QuailAiJoin extends AiRule {
         final AiCost.Cost[] costs;
         final int chosen;
         final String why;
+        final Double pairs;  // the pairs the join order priced (survivor-thinned), or null
 
         Anchor(AiCost model, AiCalls.Predicate p, boolean[] onLeft, Join j) {
             this.p = p;
@@ -157,19 +158,28 @@ public class QuailAiJoin extends AiRule {
             tokens = new double[n];
             rowsSource = new String[n];
             tokensSource = new String[n];
+            double[] priced = priced(p.hints.get(QuailAiJoinOrder.PRICED), n);
+            pairs = priced != null ? Double.valueOf(priced[0]) : null;
             for (int i = 0; i < n; i++) {
                 LogicalPlan side = onLeft[i] ? j.left() : j.right();
-                Double r = AiCost.rows(side);
+                Double r = priced != null ? Double.valueOf(priced[1 + i]) : AiCost.rows(side);
                 rows[i] = r != null ? r : AiCost.DEFAULT_ROWS;
-                rowsSource[i] = r != null ? "statistics" : "default";
+                rowsSource[i] = priced != null ? "join order, survivor-thinned" : r != null ? "statistics" : "default";
                 AiCost.Tokens t = AiCost.docTokens(p.columns.get(i), side, p.tokensHint(i));
                 tokens[i] = t.tokens;
                 tokensSource[i] = t.source;
             }
             costs = new AiCost.Cost[n];
             double q = p.questionTokens();
-            costs[0] = model.join(rows[0], tokens[0], rows[1], tokens[1], q);
-            if (n == 2) costs[1] = model.join(rows[1], tokens[1], rows[0], tokens[0], q);
+            if (priced != null && n == 2) {  // the pairs the order priced, each column's live documents as anchors
+                for (int a = 0; a < 2; a++) {
+                    double anchors = Math.max(1.0, Math.min(priced[1 + a], priced[0]));
+                    costs[a] = model.join(anchors, tokens[a], priced[0] / anchors, tokens[1 - a], q);
+                }
+            } else {
+                costs[0] = model.join(rows[0], tokens[0], rows[1], tokens[1], q);
+                if (n == 2) costs[1] = model.join(rows[1], tokens[1], rows[0], tokens[0], q);
+            }
             if (p.anchorArg() != null) {
                 chosen = p.anchorArg();
                 why = "hint";
@@ -180,6 +190,20 @@ public class QuailAiJoin extends AiRule {
                 chosen = costs[1].seconds < costs[0].seconds ? 1 : 0;  // a tie keeps template order
                 why = "cost model";
             }
+        }
+
+        /** [pairs, live documents per column] from the join order's {@code join_priced} hint, or null. */
+        private static double[] priced(String json, int n) {
+            if (json == null || n != 2) return null;
+            String[] parts = json.replaceAll("[\\[\\] ]", "").split(",");
+            if (parts.length != 3) return null;
+            double[] out = new double[3];
+            for (int i = 0; i < 3; i++) {
+                Double x = AiCalls.number(parts[i]);
+                if (x == null) return null;
+                out[i] = x;
+            }
+            return out;
         }
 
         /**
@@ -211,6 +235,7 @@ public class QuailAiJoin extends AiRule {
             spec.append("], \"cost\": ").append(costs[chosen].json());
             String order = p.hints.get(QuailAiJoinOrder.FIELD);
             if (order != null) spec.append(", \"join_order\": ").append(order);
+            if (pairs != null) spec.append(", \"pairs\": ").append(AiCost.num(pairs));
             spec.append('}');
             List<Expression> args = new ArrayList<>();
             args.add(AiCalls.literal(spec.toString()));

@@ -43,13 +43,16 @@ import scala.jdk.javaapi.CollectionConverters;
  * (or the hinted one), its anchors the live documents of the anchor's table. The order as
  * written is kept unless another is strictly cheaper. The chosen order, its cost and the cost
  * of the written order ride in the predicates' hints as {@code join_order} (JSON), which
- * {@link QuailAiJoin} copies into each quail_join spec for explain; a tree whose predicates
+ * {@link QuailAiJoin} copies into each quail_join spec for explain, and each predicate's
+ * priced pairs and live documents as {@code join_priced}, which QuailAiJoin prices the
+ * join with (so the joins' costs add up to the chosen order's); a tree whose predicates
  * carry it is left as it is (the rule is idempotent). Trees with a relational condition
  * between two tables, join hints, or an AI predicate over three tables are Spark's to order.
  * Rows are those of an inner join whatever the order; a Project restores the column order.
  */
 public class QuailAiJoinOrder extends AiRule {
     static final String FIELD = "join_order";
+    static final String PRICED = "join_priced";  // [pairs, live documents of column 1, of column 2] as priced
     private static final int MAX_TABLES = 5;
 
     public QuailAiJoinOrder(SparkSession session) {
@@ -92,11 +95,11 @@ public class QuailAiJoinOrder extends AiRule {
         }
         int[] written = new int[tables.size()];
         for (int i = 0; i < written.length; i++) written[i] = i;
-        double writtenCost = cost(written, edges, rows, model);
+        double writtenCost = cost(written, edges, rows, model, null);
         int[] best = written;
         double bestCost = writtenCost;
         for (int[] order : permutations(tables.size())) {
-            double c = cost(order, edges, rows, model);
+            double c = cost(order, edges, rows, model, null);
             if (c < bestCost * (1 - 1e-9)) {
                 best = order;
                 bestCost = c;
@@ -105,7 +108,9 @@ public class QuailAiJoinOrder extends AiRule {
         String json = String.format(Locale.ROOT,
             "{\"chosen\": %s, \"seconds\": %s, \"written\": %s, \"written_seconds\": %s}",
             names(best, edges, tables), AiCost.num(bestCost), names(written, edges, tables), AiCost.num(writtenCost));
-        LogicalPlan out = build(best, tables, edges, local, json);
+        double[][] priced = new double[edges.size()][];
+        cost(best, edges, rows, model, priced);
+        LogicalPlan out = build(best, tables, edges, local, json, priced);
         List<Attribute> want = CollectionConverters.asJava(p.output());
         if (want.equals(CollectionConverters.asJava(out.output()))) return out;
         return new Project(AiCalls.seq(new ArrayList<NamedExpression>(want)), out);
@@ -197,7 +202,7 @@ public class QuailAiJoinOrder extends AiRule {
      * predicate runs once both its tables are in, on the tuples left by the predicates before it;
      * infinite when a table would join without an AI predicate (a cross product).
      */
-    private static double cost(int[] order, List<Edge> edges, double[] rows, AiCost model) {
+    private static double cost(int[] order, List<Edge> edges, double[] rows, AiCost model, double[][] priced) {
         boolean[] in = new boolean[rows.length], applied = new boolean[edges.size()];
         double[] live = rows.clone();
         in[order[0]] = true;
@@ -210,6 +215,7 @@ public class QuailAiJoinOrder extends AiRule {
                 Edge x = edges.get(e);
                 if (applied[e] || !in[x.side[0]] || !in[x.side[1]]) continue;
                 total += x.seconds(model, tuples, live);
+                if (priced != null) priced[e] = new double[] {tuples, live[x.side[0]], live[x.side[1]]};
                 tuples *= x.p.selectivity();
                 applied[e] = joined = true;
             }
@@ -255,11 +261,14 @@ public class QuailAiJoinOrder extends AiRule {
 
     /** The left-deep tree of ``order``: each conjunct at the first join where its tables are in. */
     private static LogicalPlan build(int[] order, List<LogicalPlan> tables, List<Edge> edges,
-                                     List<Expression> local, String json) {
+                                     List<Expression> local, String json, double[][] priced) {
         List<Expression> pending = new ArrayList<>(local);
-        for (Edge e : edges) {
-            pending.add(withOrder(e.cond, json));
-            for (Expression c : e.also) pending.add(withOrder(c, json));  // the same hint: still one call
+        for (int i = 0; i < edges.size(); i++) {
+            Edge e = edges.get(i);
+            String at = "[" + AiCost.num(priced[i][0]) + ", " + AiCost.num(priced[i][1]) + ", "
+                + AiCost.num(priced[i][2]) + "]";
+            pending.add(withOrder(e.cond, json, at));
+            for (Expression c : e.also) pending.add(withOrder(c, json, at));  // the same hint: still one call
         }
         LogicalPlan cur = tables.get(order[0]);
         for (int k = 1; k < order.length; k++) {
@@ -278,8 +287,9 @@ public class QuailAiJoinOrder extends AiRule {
         return cur;
     }
 
-    /** The AI predicate with {@code join_order} added to its hint (a struct; one made when it has none). */
-    private static Expression withOrder(Expression cond, String json) {
-        return AiCalls.withHint(cond, FIELD, AiCalls.literal(json));
+    /** The AI predicate with {@code join_order} and {@code join_priced} added to its hint (a struct; one
+     * made when it has none). */
+    private static Expression withOrder(Expression cond, String json, String priced) {
+        return AiCalls.withHint(AiCalls.withHint(cond, FIELD, AiCalls.literal(json)), PRICED, AiCalls.literal(priced));
     }
 }

@@ -152,7 +152,7 @@ final class QuailArgTypes extends AbstractFunction1<LogicalPlan, BoxedUnit> {
             } else if (key.equals("tokens") || key.matches("tokens_[1-9][0-9]*")) {
                 if (x == null || !(x > 0.0) || x.isInfinite()) expected = "a positive number of tokens";
             } else if (!key.equals("anchor") && !key.equals(QuailAnchorHint.FIELD)
-                    && !key.equals(QuailAiJoinOrder.FIELD)) {
+                    && !key.equals(QuailAiJoinOrder.FIELD) && !key.equals(QuailAiJoinOrder.PRICED)) {
                 throw AiCalls.analysisError(name + ": hint '" + key + "': unknown hint; expected one of "
                     + "selectivity, anchor, tokens, tokens_1, tokens_2, ...");
             }
