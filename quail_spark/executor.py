@@ -19,6 +19,8 @@ silent fall-back to the CPU ('auto' falls back).
 from __future__ import annotations
 
 import operator
+import os
+import re
 
 import numpy as np
 import pyarrow as pa
@@ -37,12 +39,20 @@ def engine_conf(model: str = "smollm2-135m", device: str = "cpu", **conf) -> dic
     >>> engine_conf(device="cpu", token_budget=512)["token_budget"]
     512
     """
-    from gpu_worker.config import EngineConfig
+    from gpu_worker.config import PRESETS, EngineConfig
 
     fields = set(EngineConfig.__dataclass_fields__)
     unknown = sorted(set(conf) - fields)
     if unknown:
         raise TypeError(f"unknown engine setting(s) {unknown}; expected EngineConfig fields {sorted(fields)}")
+    if not isinstance(device, str) or not re.fullmatch(r"cpu|auto|gpu|cuda(:\d+)?", device):
+        raise ValueError(f"device {device!r}: expected 'cpu', 'cuda' (the GPU Spark assigns each task), "
+                         "'cuda:N' or 'auto'")
+    if not isinstance(model, str) or (model not in PRESETS and not re.search(r"[/\\.~]", model)
+                                      and not os.path.exists(model)):
+        # a name that is no preset and no path (a path may exist on the executors only: theirs to check)
+        raise ValueError(f"model {model!r} is neither a preset ({', '.join(PRESETS)}) nor a path (a folder with "
+                         "config.json and *.safetensors, or a .gguf file)")
     out = {"model": model, "device": device, **conf}
     EngineConfig(**{**out, "device": "cpu"})  # validates every other field now, on the driver
     return out

@@ -158,7 +158,8 @@ def parse_spec(raw, base_dir: str = ".") -> Spec:
     try:
         executor.engine_conf(model, device, **engine)
     except (TypeError, ValueError) as e:
-        raise SpecError(f"spec key 'engine': {e}") from None
+        key = next((k for k in ("model", "device") if str(e).startswith(f"{k} ")), "engine")
+        raise SpecError(f"spec key {key!r}: {e}") from None
     return Spec(raw["input"], raw["output"], raw["key"], cols, raw.get("where"), model, device,
                 engine, dict(raw.get("catalog", {})), base_dir)
 

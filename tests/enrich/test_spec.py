@@ -66,6 +66,10 @@ def test_column_hash_follows_the_call_and_value_settings_only():
 def test_bad_engine_settings_and_reserved_names():
     with pytest.raises(SpecError, match="engine.*token_budgit"):
         parse_spec({**BASE, "engine": {"token_budgit": 64}})
+    with pytest.raises(SpecError, match="spec key 'model': model 'smolm2' is neither a preset"):
+        parse_spec({**BASE, "model": "smolm2"})  # a misspelled preset: refused before any work
+    with pytest.raises(SpecError, match="spec key 'device': device 'tpu'"):
+        parse_spec({**BASE, "device": "tpu"})
     with pytest.raises(SpecError, match="column '_ai_error'"):
         parse_spec({**BASE, "columns": {"_ai_error": "ai_if('Is {0} late?', body)"}})
     # Spark's column names ignore case: a column named like the key, '_ai_error' or another column
