@@ -163,9 +163,10 @@ def udf_chain(conf, run, spec, doc):
         try:
             m = eng.chain([docs[r] for r in rows], [c.question for c in calls], short_circuit=True)
         except PromptTooLong as e:
-            raise ValueError(f"{_where('ai_if (fused by quail_chain)', rows)(e.row)}: prompt has {e.n_tokens} "
-                             f"tokens, the model's context holds {e.limit}; shorten the document or set "
-                             "on_overflow='truncate'") from None
+            where = _where("ai_if (fused by quail_chain)", rows, 1, [[docs[r] for r in rows]])
+            advice = e.advice("set on_overflow='truncate'")
+            raise ValueError(f"{where(e.row)}: prompt has {e.n_tokens} tokens, the model's context holds "
+                             f"{e.limit}; {advice}") from None
     for r, row in zip(rows, m):
         out[r] = bool(np.all(row > 0))  # NaN (not evaluated after a FALSE) is not > 0
     return pa.array(out, pa.bool_())
@@ -213,8 +214,8 @@ def _join_answers(conf, run, name: str, spec, cols) -> tuple[dict, list]:
     call = Call(kind, s["template"], len(cols), anchor=s.get("anchor_arg"))
     rows = list(range(len(spec)))
     with _metered(conf, run) as eng:
-        return s, evaluate(eng, call, [c.to_pylist() for c in cols],
-                           where=_where(f"ai_{kind} (AI join, {name})", rows, len(cols)))
+        values = [c.to_pylist() for c in cols]
+        return s, evaluate(eng, call, values, where=_where(f"ai_{kind} (AI join, {name})", rows, len(cols), values))
 
 
 def udf_match(conf, run, spec, *cols):
@@ -249,7 +250,8 @@ def udf_match(conf, run, spec, *cols):
         call = Call(kind, s["template"], len(cols), anchor=s.get("anchor_arg"))
         pairs = list(range(len(flat[0])))
         with _metered(conf, run) as eng:
-            got = evaluate(eng, call, [f.to_pylist() for f in flat], where=_where(fn, pairs, len(cols)))
+            values = [f.to_pylist() for f in flat]
+            got = evaluate(eng, call, values, where=_where(fn, pairs, len(cols), values))
     offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]), pa.int32())
     return pa.ListArray.from_arrays(offsets, pa.array(got, pa.float64() if kind == "score" else pa.bool_()))
 
@@ -276,7 +278,7 @@ def udf_eval(conf, run, spec, *args):
         fn = c["fn"].lower()
         for call, rows, values in _parsed(fn, [args[i] for i in c["args"]]):
             items.append((call, values))
-            wheres.append(_where(f"{fn} (fused by quail_eval)", rows, call.n_cols))
+            wheres.append(_where(f"{fn} (fused by quail_eval)", rows, call.n_cols, values))
             places.append((k, rows))
     results = [[None] * len(spec) for _ in calls]
     with _metered(conf, run) as eng:
@@ -307,7 +309,7 @@ def _per_template(conf, run, kind: str, args, shown_as: str | None = None) -> li
     shown = shown_as or fn
     with _metered(conf, run) as eng:
         for call, rows, values in _parsed(fn, args, shown):
-            got = evaluate(eng, call, values, where=_where(shown, rows, call.n_cols))
+            got = evaluate(eng, call, values, where=_where(shown, rows, call.n_cols, values))
             for r, x in zip(rows, got):
                 out[r] = x
     return out
@@ -371,14 +373,20 @@ class _metered:
         return False
 
 
-def _where(fn: str, rows, n_cols: int = 1):
-    """Names a row of an Arrow batch (its position, the task's partition) and the document column(s)."""
+def _where(fn: str, rows, n_cols: int = 1, values=None):
+    """Names a row of an Arrow batch (its position, the task's partition), the document argument(s) and the
+    start of the row's first document (a UDF sees values, not the columns' names)."""
     from pyspark import TaskContext
 
     ctx = TaskContext.get()
     p = ctx.partitionId() if ctx is not None else 0
-    cols = "column 'argument 2'" if n_cols == 1 else f"columns 'argument 2'..'argument {n_cols + 1}'"
-    return lambda i: f"{fn}: row {rows[i]} of an Arrow batch of partition {p} (document {cols})"
+    cols = "argument 2" if n_cols == 1 else f"arguments 2..{n_cols + 1}"
+
+    def where(i):
+        doc = values[0][i] if values and i < len(values[0]) else None
+        start = f", starting {doc[:40]!r}{'...' if len(doc) > 40 else ''}" if isinstance(doc, str) else ""
+        return f"{fn}: row {rows[i]} of an Arrow batch of partition {p} (the document in {cols}{start})"
+    return where
 
 
 def _anchor_arg(args):

@@ -121,6 +121,6 @@ def test_a_non_string_document_fails_analysis_naming_the_argument(spark, install
 
 def test_sql_function_prompt_too_long_names_the_row(spark, installed):
     spark.createDataFrame([(1, "fine"), (2, "word " * 9000)], "id int, body string").createOrReplaceTempView("too_long")
-    named = r"row \d+ of an Arrow batch of partition \d+ \(document column 'argument 2'\).*9\d{3} tokens.*8192"
+    named = r"row \d+ of an Arrow batch of partition \d+ \(the document in argument 2, starting 'word word .*9\d{3} tokens.*8192"
     with pytest.raises(Exception, match=named):
         spark.sql(f"SELECT id FROM too_long WHERE ai_if('{COMPLAINT}', body)").collect()
