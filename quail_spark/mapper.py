@@ -171,6 +171,9 @@ def check_inputs(schema, columns) -> None:
     from pyspark.sql.types import BinaryType, StringType
 
     types = {f.name: f.dataType for f in schema.fields}
+    if any(n.lower() == "_ai_error" for n in types):
+        raise ValueError("the input already has an '_ai_error' column (from an earlier with_ai_columns or "
+                         "ArrowMapper?): add every AI column in one call, or rename or drop it first")
     taken = {n.lower(): n for n in (*types, "_ai_error")}
     for c in columns:
         if c.name.lower() in taken:

@@ -163,12 +163,14 @@ class Query:
 
         before = quail_spark.metrics(self.session.spark)
         t0 = time.time()
-        with Progress(self.session.spark) if progress else contextlib.nullcontext():
-            rows = action()
-        self._wall = time.time() - t0
-        report = _difference(quail_spark.metrics(self.session.spark), before)
-        report["stages"] = {k: v for k, v in report.get("stages", {}).items() if any(v.values())}
-        self._report = report
+        try:
+            with Progress(self.session.spark) if progress else contextlib.nullcontext():
+                rows = action()
+        finally:  # a failed action did work too: its report is what ran before the failure
+            self._wall = time.time() - t0
+            report = _difference(quail_spark.metrics(self.session.spark), before)
+            report["stages"] = {k: v for k, v in report.get("stages", {}).items() if any(v.values())}
+            self._report = report
         if summary:
             print(self.summary())
         return rows
@@ -179,7 +181,8 @@ class Query:
         ``quail_spark.metrics(spark)`` around it (requested_tokens, fresh_tokens,
         reused_tokens, kv_regret_tokens, forward_passes, truncated_rows, errored_rows,
         stages) plus ``wall_s``. Work of other queries running at the same time in the
-        session is counted too. Empty before the first :meth:`collect`. A dict that
+        session is counted too; after a collect that failed, the work done before the failure.
+        Empty before the first :meth:`collect`. A dict that
         renders as tables in a notebook (:class:`quail_spark.notebook.Report`)."""
         from quail_spark.notebook import Report
 

@@ -120,6 +120,9 @@ def test_columns_are_checked_on_the_driver(spark):
     m = quail_spark.ArrowMapper(df.schema, {"c": "ai_if('Is {0} ok?', BODY)"}, **mq.TINY)  # as spark.sql reads it
     assert m.columns[0].inputs == ("body",)
     two = spark.createDataFrame([(1, "a", "b")], "id int, body string, Body string")
+    with pytest.raises(ValueError, match="the input already has an '_ai_error' column"):  # a second with_ai_columns
+        quail_spark.ArrowMapper(spark.createDataFrame([(1, "a", None)], "id int, body string, _ai_error string")
+                                .schema, {"c": "ai_if('Is {0} ok?', body)"}, **mq.TINY)
     with pytest.raises(ValueError, match="'BODY' is ambiguous"):
         quail_spark.ArrowMapper(two.schema, {"c": "ai_if('Is {0} ok?', BODY)"}, **mq.TINY)
     with pytest.raises(ValueError, match="expected one AI call"):

@@ -139,3 +139,15 @@ def test_three_calls_over_one_document_compute_it_once(session):
           f"(rules off {off['fresh_tokens']})")
     assert three["fresh_tokens"] <= 1.35 * one["fresh_tokens"]
     assert off["fresh_tokens"] > 1.35 * one["fresh_tokens"]  # the rule, not the cache, keeps it low
+
+
+def test_a_failed_collect_reports_the_work_done_before_it(session):
+    """QuailSession's report after a collect that failed in a task (one over-long row) is the metrics
+    difference around it, the rows scored before the failure included, not 'has not run yet'."""
+    qs = quail_spark.QuailSession(session, **TINY, max_prompt_tokens=80)
+    rows = [(i, NOTE.format(i=i)) for i in range(5)] + [(9, "word " * 200)]
+    session.createDataFrame(rows, "id int, body string").repartition(1).createOrReplaceTempView("one_too_long")
+    q = qs.sql("SELECT id FROM one_too_long WHERE ai_if('Is {0} late?', body)")
+    with pytest.raises(Exception, match="prompt has"):
+        q.collect(progress=False)
+    assert q.report["requested_tokens"] > 0 and "has not run" not in q.summary()
