@@ -109,7 +109,7 @@ class Progress:
         self._stop.set()
         self._thread.join()
         if self._handle is not None:  # the final figures stay in the cell
-            self._show(self.line(done=True))
+            self._show(self.line(done="failed" if exc and exc[0] is not None else "done"))
         return False
 
     def _run(self) -> None:
@@ -131,8 +131,9 @@ class Progress:
         else:
             self._handle.update(body, raw=True)
 
-    def line(self, done: bool = False) -> str:
-        """``quail: 1,536 AI evaluations, 9,870 tokens (2,310 tokens/s), tasks 3/8, 4.3 s``."""
+    def line(self, done: str | None = None) -> str:
+        """``quail: 1,536 AI evaluations, 9,870 tokens (2,310 tokens/s), tasks 3/8, 4.3 s``; once the action
+        ended, ``quail (done): ...`` or ``quail (failed): ...`` (``done``)."""
         from quail_spark.metrics import metrics
 
         now = metrics(self.spark)
@@ -141,7 +142,7 @@ class Progress:
         tokens = now["requested_tokens"] - self.before["requested_tokens"]
         dt = max(time.time() - self.t0, 1e-9)
         tasks = "" if done else _tasks(self.spark)
-        return (f"quail{' (done)' if done else ''}: {rows:,} AI evaluations, {tokens:,} tokens "
+        return (f"quail{f' ({done})' if done else ''}: {rows:,} AI evaluations, {tokens:,} tokens "
                 f"({tokens / dt:,.0f} tokens/s){tasks}, {dt:.1f} s")
 
 
