@@ -119,3 +119,17 @@ def test_explain_prices_each_reordered_join_at_the_pairs_the_order_priced(sessio
     total = float(re.search(r"the planned AI calls: .* SoL (\S+) s", text).group(1))
     assert text.count("pairs (join order, survivor-thinned)") == 2
     assert total == pytest.approx(chosen, rel=0.01)
+
+
+def test_rows_the_driver_holds_give_the_cost_model_their_lengths(session):
+    """A VALUES list (a LocalRelation, as Spark Connect's createDataFrame makes too) has no statistics: the
+    cost model measures its documents, so the join written short side first anchors the long reports."""
+    reports = ", ".join(f"({i}, '{REPORT.format(i=i)}')" for i in range(4))
+    session.sql(f"CREATE OR REPLACE TEMP VIEW local_notes AS SELECT * FROM VALUES {reports} AS v(id, body)")
+    session.sql("CREATE OR REPLACE TEMP VIEW local_terms AS SELECT * FROM VALUES (1, 'cough'), (2, 'rash') AS v(tid, term)")
+    query = SHORT_FIRST.format(notes="local_notes", terms="local_terms", hint="")
+    (_, spec), = planned_calls(plan_text(session.sql(query), "extended"))
+    assert spec["anchor"] == "n.body" and spec["why"] == "cost model", spec
+    assert [s["tokens_source"] for s in spec["sides"]] == ["in-memory rows"] * 2
+    body = next(s for s in spec["sides"] if s["column"] == "n.body")
+    assert body["tokens"] == pytest.approx(sum(len(REPORT.format(i=i)) for i in range(4)) / 4 / 4, rel=0.01)

@@ -3,16 +3,19 @@ package io.quailspark;
 import java.util.List;
 import java.util.Locale;
 
+import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.catalog.CatalogColumnStat;
 import org.apache.spark.sql.catalyst.catalog.CatalogTable;
 import org.apache.spark.sql.catalyst.expressions.Attribute;
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.plans.logical.ColumnStat;
+import org.apache.spark.sql.catalyst.plans.logical.LocalRelation;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.catalyst.plans.logical.Statistics;
 import org.apache.spark.sql.catalyst.plans.logical.statsEstimation.EstimationUtils;
 import org.apache.spark.sql.execution.datasources.LogicalRelation;
 import org.apache.spark.sql.internal.SQLConf;
+import org.apache.spark.sql.types.StringType;
 import scala.Option;
 import scala.jdk.javaapi.CollectionConverters;
 
@@ -185,8 +188,38 @@ final class AiCost {
     static Tokens docTokens(Expression col, LogicalPlan plan, Double hinted) {
         if (hinted != null) return new Tokens(hinted, "hint");
         Double stats = statsTokens(col, plan);
-        return stats != null ? new Tokens(stats, "statistics") : new Tokens(DEFAULT_DOC_TOKENS, "default");
+        if (stats != null) return new Tokens(stats, "statistics");
+        Double local = localTokens(col, plan);
+        return local != null ? new Tokens(local, "in-memory rows") : new Tokens(DEFAULT_DOC_TOKENS, "default");
     }
+
+    /**
+     * Average tokens of a string column of rows the driver holds (a DataFrame made from local data,
+     * a VALUES list: a LocalRelation), measured on up to {@code LOCAL_SAMPLE} of them; null elsewhere.
+     */
+    static Double localTokens(Expression col, LogicalPlan plan) {
+        if (!(col instanceof Attribute) || !(((Attribute) col).dataType() instanceof StringType)) return null;
+        Attribute a = (Attribute) col;
+        for (LogicalPlan leaf : CollectionConverters.asJava(plan.collectLeaves())) {
+            if (!(leaf instanceof LocalRelation)) continue;
+            List<Attribute> out = CollectionConverters.asJava(leaf.output());
+            int at = -1;
+            for (int i = 0; i < out.size(); i++) if (out.get(i).exprId().equals(a.exprId())) at = i;
+            if (at < 0) continue;
+            double bytes = 0;
+            int n = 0;
+            for (InternalRow r : CollectionConverters.asJava(((LocalRelation) leaf).data())) {
+                if (n >= LOCAL_SAMPLE) break;
+                if (r.isNullAt(at)) continue;
+                bytes += r.getUTF8String(at).numBytes();
+                n++;
+            }
+            return n == 0 ? null : Math.max(1.0, bytes / n / CHARS_PER_TOKEN);
+        }
+        return null;
+    }
+
+    static final int LOCAL_SAMPLE = 10_000;
 
     static String num(double x) {
         return String.format(Locale.ROOT, "%.6g", x);
