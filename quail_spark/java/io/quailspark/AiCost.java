@@ -221,6 +221,18 @@ final class AiCost {
 
     static final int LOCAL_SAMPLE = 10_000;
 
+    /**
+     * Of two join sides without document lengths, the one at least twice the other's bytes (Spark's
+     * size estimate: the files' size for a file source), 0 or 1; -1 when either size is unknown (an RDD)
+     * or they are close. The larger side streams as the anchor side, the smaller is broadcast.
+     */
+    static int largerSide(LogicalPlan a, LogicalPlan b) {
+        double unknown = SQLConf.get().defaultSizeInBytes();
+        double sa = a.stats().sizeInBytes().doubleValue(), sb = b.stats().sizeInBytes().doubleValue();
+        if (sa >= unknown || sb >= unknown) return -1;
+        return sa >= 2 * sb ? 0 : sb >= 2 * sa ? 1 : -1;
+    }
+
     static String num(double x) {
         return String.format(Locale.ROOT, "%.6g", x);
     }

@@ -187,8 +187,15 @@ public class QuailAiJoin extends AiRule {
                 chosen = 0;
                 why = "template: {0} of a call with three or more columns";
             } else {
-                chosen = costs[1].seconds < costs[0].seconds ? 1 : 0;  // a tie keeps template order
-                why = "cost model";
+                int larger = n == 2 && "default".equals(tokensSource[0]) && "default".equals(tokensSource[1])
+                    ? AiCost.largerSide(onLeft[0] ? j.left() : j.right(), onLeft[1] ? j.left() : j.right()) : -1;
+                if (larger >= 0) {  // no lengths: the side with more bytes (longer documents, or more of them)
+                    chosen = larger;
+                    why = "no document lengths (no column statistics or tokens hint): the larger side in bytes";
+                } else {
+                    chosen = costs[1].seconds < costs[0].seconds ? 1 : 0;  // a tie keeps template order
+                    why = "cost model";
+                }
             }
         }
 
