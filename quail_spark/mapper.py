@@ -170,16 +170,17 @@ def check_inputs(schema, columns) -> None:
     """Each AI column's documents are text columns of ``schema``; its name is new (ignoring case)."""
     from pyspark.sql.types import BinaryType, StringType
 
+    from quail_spark.enrich.spec import name_clash
+
     types = {f.name: f.dataType for f in schema.fields}
     if any(n.lower() == "_ai_error" for n in types):
         raise ValueError("the input already has an '_ai_error' column (from an earlier with_ai_columns or "
                          "ArrowMapper?): add every AI column in one call, or rename or drop it first")
-    taken = {n.lower(): n for n in (*types, "_ai_error")}
+    clash = name_clash([c.name for c in columns], (*types, "_ai_error"))
+    if clash:
+        raise ValueError(f"column {clash[0]!r}: the name is taken by {clash[1]!r} (names ignore case; input "
+                         f"columns {sorted(types)}, the AI columns, '_ai_error')")
     for c in columns:
-        if c.name.lower() in taken:
-            raise ValueError(f"column {c.name!r}: the name is taken by {taken[c.name.lower()]!r} (names ignore "
-                             f"case; input columns {sorted(types)}, the AI columns, '_ai_error')")
-        taken[c.name.lower()] = c.name
         for name, sql in c.derived:
             if name not in types:
                 raise ValueError(f"column {c.name!r}: argument {sql!r} is an expression; ArrowMapper maps the "

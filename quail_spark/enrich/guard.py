@@ -96,6 +96,9 @@ def column(name: str):
     return F.col("`" + name.replace("`", "``") + "`")
 
 
+ROW_PRINT = "_ai_row"
+
+
 def row_print(df: DataFrame, key: str):
     """16 hex digits over an output row as committed: every column of ``df`` but the key and ``_ai_row``,
     by name (the AI columns, ``_ai_error`` and the state's ``_ai_hash``). The state keeps it per key."""
@@ -103,17 +106,18 @@ def row_print(df: DataFrame, key: str):
     return F.substring(F.sha2(F.to_json(F.struct(*[column(n) for n in names])), 256), 1, 16)
 
 
-ROW_PRINT = "_ai_row"
-
-
 def checked_previous(spark, sink, key: str, warnings: list) -> tuple:
     """(previous rows, their state) read from ``sink`` and checked; either may be None (rows recomputed)."""
     where = sink.describe()
-    try:
-        prev = sink.previous(spark)
-    except Exception as e:  # noqa: BLE001 - an unreadable previous output only costs recomputation
+
+    def unreadable(e: Exception) -> tuple:  # an unreadable previous output only costs recomputation
         warn(warnings, f"previous output {where}: {_fault(e, [])}; every row is recomputed")
         return None, None
+
+    try:
+        prev = sink.previous(spark)
+    except Exception as e:  # noqa: BLE001 - see unreadable
+        return unreadable(e)
     prev = unique_previous(key, prev, where, warnings)
     if prev is None:
         return None, None
@@ -124,8 +128,7 @@ def checked_previous(spark, sink, key: str, warnings: list) -> tuple:
     try:
         stale = stale_row(key, prev, state)
     except Exception as e:  # noqa: BLE001 - damaged pages show when every column is read
-        warn(warnings, f"previous output {where}: {_fault(e, [])}; every row is recomputed")
-        return None, None
+        return unreadable(e)
     if stale is not None:
         warn(warnings, f"stale rerun state of {where}: key {key}={stale!r} has a hash or values other than the "
                        "output's row; every row is recomputed")
@@ -136,11 +139,10 @@ def checked_previous(spark, sink, key: str, warnings: list) -> tuple:
 def stale_row(key: str, prev: DataFrame, state: DataFrame | None):
     """Reads every column of ``prev`` (damaged pages raise here); a key whose state row print differs
     from its output row's, or None. A state without prints (written by an older version) is not compared."""
-    printed = state is not None and ROW_PRINT in state.columns
-    rows = prev.drop("_ai_hash").join(state, key, "left") if printed else prev
-    if not printed:  # only read every value
-        rows.agg(F.bit_xor(F.xxhash64(*[column(c) for c in rows.columns]))).collect()
+    if state is None or ROW_PRINT not in state.columns:  # only read every value
+        prev.agg(F.bit_xor(F.xxhash64(*[column(c) for c in prev.columns]))).collect()
         return None
+    rows = prev.drop("_ai_hash").join(state, key, "left")
     bad = F.col(ROW_PRINT).isNull() | (F.col(ROW_PRINT) != row_print(rows.drop(ROW_PRINT), key))
     found = rows.agg(F.count_if(bad), F.first(F.when(bad, column(key)), ignorenulls=True)).first()
     return found[1] if found[0] else None

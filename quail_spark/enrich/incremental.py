@@ -5,7 +5,8 @@ value-changing engine settings; the row's referenced input values). Beside the
 output (not in it) the sink keeps a state table of (key, ``_ai_hash``): JSON,
 column -> hash of the value the output holds; a column whose value errored has
 no entry; and ``_ai_row``, the print of the output row the hashes describe
-(:func:`quail_spark.enrich.guard.row_print`), checked before the state is used. A rerun recomputes a column of a row when its hash is new, changed or
+(:func:`quail_spark.enrich.guard.row_print`), checked before the state is
+used. A rerun recomputes a column of a row when its hash is new, changed or
 missing, and keeps the previous value otherwise; rows that left the input (or
 the ``where``) leave the output. No usable state (deleted, unreadable, stale)
 means every row is recomputed. An output written before the state moved out

@@ -159,7 +159,8 @@ def stage(spec, spark, sink, work, input_schema, run_id, n_read, n_todo, progres
         out_df = out_df.unionByName(ai_rows(spec, spark, work, input_schema, plan, n_todo))
     out_df = out_df.persist(StorageLevel.MEMORY_AND_DISK)
     data_df = out_df.drop("_ai_hash")
-    state_df = out_df.select(guard.column(spec.key), "_ai_hash", guard.row_print(out_df, spec.key).alias(guard.ROW_PRINT))
+    state_df = out_df.select(guard.column(spec.key), "_ai_hash",
+                             guard.row_print(out_df, spec.key).alias(guard.ROW_PRINT))
     staged = sink.staging(run_id, schema=_arrow_schema(data_df.schema))
     t_ai, line = time.time(), None
     if n_todo:
@@ -240,7 +241,8 @@ def _report(spec, spark, staged, run_id, n_read, n_todo, counters, ai_s) -> dict
     n_err, examples = counters.get("errored", 0), []
     if n_err:  # the accumulator counts successful task attempts; the staged files name the rows
         errored = spark.read.parquet(staged).where(F.col("_ai_error").isNotNull())
-        examples = [f"{spec.key}={r[0]!r}: {r[1]}" for r in errored.select(guard.column(spec.key), "_ai_error").limit(3).collect()]
+        examples = [f"{spec.key}={r[0]!r}: {r[1]}"
+                    for r in errored.select(guard.column(spec.key), "_ai_error").limit(3).collect()]
     tokens = counters.get("requested_tokens", 0)
     return {"run_id": run_id, "spec_hash": spec.spec_hash(), "model": spec.model, "device": spec.device,
             "rows_read": n_read, "rows_skipped": n_read - n_todo, "rows_enriched": n_todo - n_err,

@@ -141,13 +141,10 @@ def parse_spec(raw, base_dir: str = ".") -> Spec:
     if not raw["columns"]:
         raise SpecError("spec key 'columns': expected at least one {name: AI call}")
     cols = tuple(parse_column(name, expr) for name, expr in raw["columns"].items())
-    taken = {n.lower(): n for n in (raw["key"], *RESERVED)}  # Spark's column names ignore case
-    for c in cols:
-        if c.name.lower() in taken:
-            raise SpecError(f"column {c.name!r}: the name is taken by {taken[c.name.lower()]!r} (column names "
-                            f"ignore case; the output holds the key {raw['key']!r}, the AI columns and "
-                            "'_ai_error')")
-        taken[c.name.lower()] = c.name
+    clash = name_clash([c.name for c in cols], (raw["key"], *RESERVED))
+    if clash:
+        raise SpecError(f"column {clash[0]!r}: the name is taken by {clash[1]!r} (column names ignore case; the "
+                        f"output holds the key {raw['key']!r}, the AI columns and '_ai_error')")
     engine = dict(raw.get("engine", {}))
     for k in ("model", "device"):
         if k in engine:
@@ -162,6 +159,21 @@ def parse_spec(raw, base_dir: str = ".") -> Spec:
         raise SpecError(f"spec key {key!r}: {e}") from None
     return Spec(raw["input"], raw["output"], raw["key"], cols, raw.get("where"), model, device,
                 engine, dict(raw.get("catalog", {})), base_dir)
+
+
+def name_clash(new_names, taken) -> tuple | None:
+    """The first of ``new_names`` equal, ignoring case as Spark's column names do, to one of ``taken`` or to
+    an earlier new name, with the name it equals; None when every name is new.
+
+    >>> name_clash(["c", "ID"], ["id", "_ai_error"])
+    ('ID', 'id')
+    """
+    seen = {n.lower(): n for n in taken}
+    for n in new_names:
+        if n.lower() in seen:
+            return n, seen[n.lower()]
+        seen[n.lower()] = n
+    return None
 
 
 def parse_column(name: str, expr) -> AIColumn:

@@ -91,7 +91,8 @@ public class QuailAiSubquery extends AiRule {
         }
     }
 
-    /** {@code exprs} over {@code child}, each AI-correlated subquery replaced by a test on its matches; null if none. */
+    /** {@code exprs} over {@code child}, each AI-correlated subquery replaced by a test on its matches; null if
+     * none. */
     private Rewritten rewritten(List<Expression> exprs, LogicalPlan child) {
         List<Expression> out = new ArrayList<>(exprs);
         boolean changed = false;

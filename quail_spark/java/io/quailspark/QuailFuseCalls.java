@@ -138,7 +138,8 @@ public class QuailFuseCalls extends AiRule {
         for (Expression e : exprs) {
             for (PythonUDF call : calls(e)) {
                 List<Expression> cols = columns(call);
-                if (cols.isEmpty() || AiCalls.columnHint(call) || !call.references().subsetOf(child.outputSet())) continue;
+                if (cols.isEmpty() || AiCalls.columnHint(call)
+                    || !call.references().subsetOf(child.outputSet())) continue;
                 List<PythonUDF> group = byDoc.computeIfAbsent(cols.get(0).canonicalized(), k -> new ArrayList<>());
                 if (group.stream().noneMatch(y -> AiCalls.same(call, y))) group.add(call);
             }
