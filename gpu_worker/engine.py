@@ -1,6 +1,6 @@
 """The prefill-only engine: requests in, answer-token margins out.
 
-A step is three lines: the scheduler picks the jobs of a pass, the runner
+Each call runs as forward passes (passes.py): the scheduler picks the jobs of a pass, the runner
 computes them, the scheduler marks what became resident. Everything shared
 (system prompt, a document under several predicates, a join anchor, rows
 extending earlier rows) lives once in the prefix tree.

@@ -1,7 +1,7 @@
 """The numerical kernels a forward pass uses, chosen once per engine.
 
 `TorchOps` is plain torch (CPU path, and the truth the Triton kernels are
-tested against); `TritonOps` (CUDA) swaps in quail_kernels/ and device attention.
+tested against); `CudaOps` (cuda_ops.py) swaps in quail_kernels/ and device attention.
 Semantics follow Hugging Face Llama/Qwen3 exactly, casts included.
 """
 from __future__ import annotations

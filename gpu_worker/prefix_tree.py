@@ -11,7 +11,8 @@ a heap keyed by last use, with lazy deletion (an entry whose node was touched,
 pinned or evicted since it was pushed is dropped when popped); a node enters
 when it may have become evictable (stored, unpinned, its last resident child
 evicted). Nodes that hold nothing and are needed by nobody are unlinked where
-that happens (`release_path`, `evict`), walking up from the node, never down.
+that happens (`unlink_upward`: after an eviction, an unpin, a finished request),
+walking up from the node, never down.
 `stats["evict_visited"]` counts the heap entries eviction looked at. Pure
 bookkeeping: no torch.
 """
@@ -54,13 +55,6 @@ class Node:
             out.append(n)
             n = n.parent
         out.reverse()
-        return out
-
-    def context_slots(self) -> list[int]:
-        """Slots of every token up to this node's end (all must be resident)."""
-        out: list[int] = []
-        for n in self.path():
-            out.extend(n.slots)
         return out
 
 
@@ -242,9 +236,6 @@ class PrefixTree:
                 n.slots = None
             n.children.clear()
             n.parent = None
-
-    def prune(self):
-        """Kept for callers of the old API: unlinking now happens incrementally."""
 
     def nodes(self) -> int:
         """Number of nodes (a whole-tree walk: tests and diagnostics only)."""

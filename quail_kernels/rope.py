@@ -25,6 +25,31 @@ from quail_kernels._util import FLOAT_DTYPES, block_size, check_device, check_te
 
 
 @triton.jit
+def _norm_rope_heads(x_ptr, x_row, w_ptr, out_ptr, out_row, j, jmask, mask, c, s, half, d, eps,
+                     HAS_NORM: tl.constexpr):
+    """Rows x_row of heads [BLOCK_H, d] (x_ptr names their dtype): QK-norm with weight w_ptr if HAS_NORM,
+    rotated, stored at out_row; returns the two rotated halves in out's dtype."""
+    x1 = tl.load(x_row + j, mask=mask, other=0.0)
+    x2 = tl.load(x_row + half + j, mask=mask, other=0.0)
+    if HAS_NORM:
+        a1 = x1.to(tl.float32)
+        a2 = x2.to(tl.float32)
+        ms = (tl.sum(a1 * a1, axis=1) + tl.sum(a2 * a2, axis=1)) / d
+        rstd = (1.0 / tl.sqrt(ms + eps))[:, None]
+        w1 = tl.load(w_ptr + j, mask=jmask, other=0.0).to(tl.float32)
+        w2 = tl.load(w_ptr + half + j, mask=jmask, other=0.0).to(tl.float32)
+        x1 = (w1 * (a1 * rstd).to(x_ptr.dtype.element_ty).to(tl.float32)).to(x_ptr.dtype.element_ty)
+        x2 = (w2 * (a2 * rstd).to(x_ptr.dtype.element_ty).to(tl.float32)).to(x_ptr.dtype.element_ty)
+    y1 = x1.to(tl.float32)
+    y2 = x2.to(tl.float32)
+    o1 = (y1 * c - y2 * s).to(out_ptr.dtype.element_ty)
+    o2 = (y2 * c + y1 * s).to(out_ptr.dtype.element_ty)
+    tl.store(out_row + j, o1, mask=mask)
+    tl.store(out_row + half + j, o2, mask=mask)
+    return o1, o2
+
+
+@triton.jit
 def _qk_norm_rope_kernel(
     q_ptr, k_ptr, v_ptr, pos_ptr, cos_ptr, sin_ptr, qw_ptr, kw_ptr,
     q_out_ptr, k_out_ptr, k_cache_ptr, v_cache_ptr, slot_ptr,
@@ -44,49 +69,17 @@ def _qk_norm_rope_kernel(
     c = tl.load(cos_ptr + pos * stride_cos + j, mask=jmask, other=0.0).to(tl.float32)
     s = tl.load(sin_ptr + pos * stride_sin + j, mask=jmask, other=0.0).to(tl.float32)
 
-    # ---- q heads: [BLOCK_HQ, BLOCK_HALF] per half
+    # q heads: [BLOCK_HQ, BLOCK_HALF] per half; k heads the same with k's norm weight, then the cache store
     hq = tl.arange(0, BLOCK_HQ)[:, None]
     qmask = (hq < n_q) & jmask
-    q_row = q_ptr + t * stride_qt + hq * stride_qh
-    q1 = tl.load(q_row + j, mask=qmask, other=0.0)
-    q2 = tl.load(q_row + half + j, mask=qmask, other=0.0)
-    if HAS_NORM:
-        a1 = q1.to(tl.float32)
-        a2 = q2.to(tl.float32)
-        ms = (tl.sum(a1 * a1, axis=1) + tl.sum(a2 * a2, axis=1)) / d
-        rstd = (1.0 / tl.sqrt(ms + eps))[:, None]
-        w1 = tl.load(qw_ptr + j, mask=jmask, other=0.0).to(tl.float32)
-        w2 = tl.load(qw_ptr + half + j, mask=jmask, other=0.0).to(tl.float32)
-        q1 = (w1 * (a1 * rstd).to(q_ptr.dtype.element_ty).to(tl.float32)).to(q_ptr.dtype.element_ty)
-        q2 = (w2 * (a2 * rstd).to(q_ptr.dtype.element_ty).to(tl.float32)).to(q_ptr.dtype.element_ty)
-    x1 = q1.to(tl.float32)
-    x2 = q2.to(tl.float32)
-    qo_row = q_out_ptr + t * stride_qot + hq * stride_qoh
-    tl.store(qo_row + j, (x1 * c - x2 * s).to(q_out_ptr.dtype.element_ty), mask=qmask)
-    tl.store(qo_row + half + j, (x2 * c + x1 * s).to(q_out_ptr.dtype.element_ty), mask=qmask)
-
-    # ---- k heads: same steps with k's norm weight, then the cache store
+    _norm_rope_heads(q_ptr, q_ptr + t * stride_qt + hq * stride_qh, qw_ptr,
+                     q_out_ptr, q_out_ptr + t * stride_qot + hq * stride_qoh,
+                     j, jmask, qmask, c, s, half, d, eps, HAS_NORM)
     hk = tl.arange(0, BLOCK_HKV)[:, None]
     kmask = (hk < n_kv) & jmask
-    k_row = k_ptr + t * stride_kt + hk * stride_kh
-    k1 = tl.load(k_row + j, mask=kmask, other=0.0)
-    k2 = tl.load(k_row + half + j, mask=kmask, other=0.0)
-    if HAS_NORM:
-        b1 = k1.to(tl.float32)
-        b2 = k2.to(tl.float32)
-        ms_k = (tl.sum(b1 * b1, axis=1) + tl.sum(b2 * b2, axis=1)) / d
-        rstd_k = (1.0 / tl.sqrt(ms_k + eps))[:, None]
-        u1 = tl.load(kw_ptr + j, mask=jmask, other=0.0).to(tl.float32)
-        u2 = tl.load(kw_ptr + half + j, mask=jmask, other=0.0).to(tl.float32)
-        k1 = (u1 * (b1 * rstd_k).to(k_ptr.dtype.element_ty).to(tl.float32)).to(k_ptr.dtype.element_ty)
-        k2 = (u2 * (b2 * rstd_k).to(k_ptr.dtype.element_ty).to(tl.float32)).to(k_ptr.dtype.element_ty)
-    y1 = k1.to(tl.float32)
-    y2 = k2.to(tl.float32)
-    ko1 = (y1 * c - y2 * s).to(k_out_ptr.dtype.element_ty)
-    ko2 = (y2 * c + y1 * s).to(k_out_ptr.dtype.element_ty)
-    ko_row = k_out_ptr + t * stride_kot + hk * stride_koh
-    tl.store(ko_row + j, ko1, mask=kmask)
-    tl.store(ko_row + half + j, ko2, mask=kmask)
+    ko1, ko2 = _norm_rope_heads(k_ptr, k_ptr + t * stride_kt + hk * stride_kh, kw_ptr,
+                                k_out_ptr, k_out_ptr + t * stride_kot + hk * stride_koh,
+                                j, jmask, kmask, c, s, half, d, eps, HAS_NORM)
     if HAS_CACHE:
         # slot as a [BLOCK_HKV, 1] block: Triton's interpreter mis-types the
         # mask `block & scalar_bool` (int32 instead of bool)

@@ -31,8 +31,3 @@ def load_preset(name: str) -> dict:
 
         out.update(quail_spark.spark_conf())
     return out
-
-
-def preset_names() -> list:
-    """Every preset, e.g. ``['engine/cpu', ..., 'spark/local-cpu', ...]``."""
-    return sorted(str(p.relative_to(CONF_DIR).with_suffix("")) for p in CONF_DIR.glob("*/*.json"))
