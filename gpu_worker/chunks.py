@@ -7,6 +7,8 @@ from typing import Callable
 
 import numpy as np
 
+from .config import set_env_unless_set
+
 CHUNK_TOKENS_PER_BUDGET = (2, 16)  # documents run in chunks of ~2 passes' tokens, then ~16 (tokenized a chunk ahead)
 # ... and of at most this many requests: a chunk's preparation (its requests built and inserted, ~30 us each
 # on one core: ~30 ms per join anchor of 1,127 partners) must fit under the passes still running
@@ -22,11 +24,9 @@ def leave_a_core() -> None:
     tokenization with the pool on both cores, 24 ms with it on one: benchmarks/probes/tokenize_contention.py,
     probes/results/tokenize_contention_9a7214d.json). The pool reads the variable when it starts, at the
     process's first parallel tokenization: set here only when the user has not set it."""
-    if "RAYON_NUM_THREADS" in os.environ or "RAYON_RS_NUM_CPUS" in os.environ:
-        return
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     if cores > 1:
-        os.environ["RAYON_NUM_THREADS"] = str(cores - 1)
+        set_env_unless_set("RAYON_NUM_THREADS", str(cores - 1), "RAYON_RS_NUM_CPUS")
 
 
 class DocumentChunks:

@@ -1,13 +1,54 @@
 """Frozen configuration of the engine and of the model shapes it runs.
 
 What is derived at run time (KV slots, token budget) lives in `runtime.py`.
+This is the one module of gpu_worker/ that reads the process environment:
+the QUAIL_* variables are the defaults of EngineConfig fields, read when a
+config is made (on a Spark executor, from the executor's environment).
 """
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 
 ON_OVERFLOW = ("error", "truncate")
+CPU_POOL_ENV = "QUAIL_CPU_KV_POOL_MIB"
+FP8_ATTENTION_ENV = "QUAIL_FP8_ATTENTION"
+CACHE_ENV = "QUAIL_SPARK_CACHE"
+TOKENIZER_ENV = "QUAIL_TOKENIZER"
+EXTRA_ACT_ENV = "QUAIL_EXTRA_ACT_BYTES"
+
+
+def env(name: str) -> str | None:
+    """The variable's value, None where it is unset or blank."""
+    raw = os.environ.get(name, "").strip()
+    return raw or None
+
+
+def env_cpu_pool_mib() -> int | None:
+    """QUAIL_CPU_KV_POOL_MIB: the CPU KV pool in MiB (a whole number >= 1), or None."""
+    raw = os.environ.get(CPU_POOL_ENV)
+    if raw is None or raw.strip() == "":
+        return None
+    try:
+        mib = int(raw)
+    except ValueError:
+        mib = 0
+    if mib < 1:
+        raise ValueError(f"{CPU_POOL_ENV} must be a whole number of MiB >= 1, got {raw!r}")
+    return mib
+
+
+def spark_worker_memory_mb() -> int | None:
+    """This Spark Python worker's memory (PYSPARK_EXECUTOR_MEMORY_MB, from spark.executor.pyspark.memory)."""
+    raw = env("PYSPARK_EXECUTOR_MEMORY_MB")
+    return int(raw) if raw is not None and raw.isdigit() else None
+
+
+def set_env_unless_set(name: str, value: str, *alternatives: str) -> None:
+    """Set a library's variable in this process unless the user set it (or one of its alternatives)."""
+    if not any(n in os.environ for n in (name, *alternatives)):
+        os.environ[name] = value
 
 
 @dataclass(frozen=True)
@@ -127,8 +168,10 @@ class EngineConfig:
     token_budget: most new tokens per forward pass (default: 2048 on CPU, 32768 on CUDA).
     kv_pool_tokens: KV slots (tokens); default on CUDA sized from free memory, on CPU
         1 GiB of KV (23,296 tokens for SmolLM2 in float32), less where the Python worker's share
-        of the machine's memory is smaller (runtime.cpu_pool_bytes; the environment variable
-        QUAIL_CPU_KV_POOL_MIB sets the size), allocated when the engine loads.
+        of the machine's memory is smaller (runtime.cpu_pool_bytes; `cpu_kv_pool_mib` sets the
+        size), allocated when the engine loads.
+    cpu_kv_pool_mib: the CPU KV pool in MiB where kv_pool_tokens is unset; default the
+        environment variable QUAIL_CPU_KV_POOL_MIB, else sized from memory (above).
     prefix_cache: share prefixes between prompts (off: every prompt from scratch).
     on_overflow: "error" (name the row) or "truncate" (cut the document, never the question).
     max_prompt_tokens: longest prompt; default the model's context length.
@@ -136,9 +179,16 @@ class EngineConfig:
         activations in float8 e4m3 with per-row scales (torch._scaled_mm;
         Hopper-class GPUs, emulated on CPU); on the GPU a join's attention to
         its shared contexts (an anchor's cached keys) takes its scores from
-        float8 keys and queries (quail_kernels/kv_fp8.py; the environment variable
-        QUAIL_FP8_ATTENTION=0 keeps them in `dtype`). Faster, not exact:
-        margins move (see BENCHMARKS.md for the measured sign agreement).
+        float8 keys and queries (quail_kernels/kv_fp8.py; `fp8_attention=False`
+        keeps them in `dtype`). Faster, not exact: margins move (see
+        BENCHMARKS.md for the measured sign agreement).
+    fp8_attention: with quantize='fp8' on the GPU, a join's context attention in float8;
+        default on unless the environment variable QUAIL_FP8_ATTENTION is "0".
+    cache_dir: where converted GGUF checkpoints are kept; default QUAIL_SPARK_CACHE, else
+        ~/.cache/quail_spark.
+    tokenizer: tokenizer folder for the random presets; default QUAIL_TOKENIZER, else SmolLM2's.
+    extra_activation_bytes: added to the GPU's activation reserve when the KV pool is sized
+        from free memory; default QUAIL_EXTRA_ACT_BYTES, else 0.
     """
 
     model: str = "smollm2-135m"
@@ -150,10 +200,13 @@ class EngineConfig:
     on_overflow: str = "error"
     max_prompt_tokens: int | None = None
     seed: int = 0
-    cache_dir: str | None = None
+    cache_dir: str | None = field(default_factory=lambda: env(CACHE_ENV))
     use_triton: bool | None = None  # default: on CUDA when triton imports
-    tokenizer: str | None = None  # tokenizer folder for the random presets (default: SmolLM2's)
+    tokenizer: str | None = field(default_factory=lambda: env(TOKENIZER_ENV))
     quantize: str | None = None
+    cpu_kv_pool_mib: int | None = field(default_factory=env_cpu_pool_mib)
+    fp8_attention: bool = field(default_factory=lambda: os.environ.get(FP8_ATTENTION_ENV, "1") != "0")
+    extra_activation_bytes: int = field(default_factory=lambda: int(os.environ.get(EXTRA_ACT_ENV, 0)))
 
     def __post_init__(self):
         if self.on_overflow not in ON_OVERFLOW:
@@ -162,6 +215,8 @@ class EngineConfig:
             raise ValueError(f"token_budget must be >= 16 tokens, got {self.token_budget}")
         if self.kv_pool_tokens is not None and self.kv_pool_tokens < 16:
             raise ValueError(f"kv_pool_tokens must be >= 16, got {self.kv_pool_tokens}")
+        if self.cpu_kv_pool_mib is not None and self.cpu_kv_pool_mib < 1:
+            raise ValueError(f"cpu_kv_pool_mib must be a whole number of MiB >= 1, got {self.cpu_kv_pool_mib}")
         if self.quantize not in (None, "fp8"):
             raise ValueError(f"quantize must be None or 'fp8', got {self.quantize!r}")
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .config import EngineConfig, ModelConfig
+from .config import CPU_POOL_ENV, EngineConfig, ModelConfig, spark_worker_memory_mb
 from .ops import TorchOps
 from .runner import KVCache
 
@@ -20,11 +20,10 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 # Default KV pool on CPU: 1 GiB per engine (SmolLM2 in float32: 23,296 tokens of 45 KiB), less where
 # this Python worker's share of the machine's memory is smaller (`cpu_pool_bytes`); a Spark Python
 # worker needs the model + the pool + its own overhead (README, "CPU memory").
-# QUAIL_CPU_KV_POOL_MIB in the environment (of the driver, or spark.executorEnv.*) sets the size.
+# EngineConfig.cpu_kv_pool_mib (default QUAIL_CPU_KV_POOL_MIB in the environment of the driver, or
+# spark.executorEnv.*) sets the size.
 CPU_POOL_BYTES = 1 << 30
 CPU_POOL_MIN_BYTES = 64 << 20
-CPU_POOL_ENV = "QUAIL_CPU_KV_POOL_MIB"
-FP8_ATTENTION_ENV = "QUAIL_FP8_ATTENTION"
 # one Spark Python worker's Python, torch, pyspark and Arrow beside weights and pool (~870 MiB measured)
 CPU_WORKER_OVERHEAD = 900 << 20
 
@@ -65,24 +64,18 @@ def workers_sharing() -> int:
     return max(1, cores // max(1, tc.cpus()))
 
 
-def cpu_pool_bytes(weights_bytes: int = 0) -> int:
-    """The CPU KV pool of an engine whose config leaves kv_pool_tokens unset: QUAIL_CPU_KV_POOL_MIB,
-    else 1 GiB, or less where this worker's share of memory is smaller. The share: Spark's
-    PYSPARK_EXECUTOR_MEMORY_MB (spark.executor.pyspark.memory split among the executor's workers),
-    less the weights and a worker's overhead; else 80% of what the machine has available less the
-    weights and overhead of the other workers sharing it, split among them all. At least 64 MiB."""
-    raw = os.environ.get(CPU_POOL_ENV)
-    if raw is not None and raw.strip() != "":
-        try:
-            mib = int(raw)
-        except ValueError:
-            mib = 0
-        if mib < 1:
-            raise ValueError(f"{CPU_POOL_ENV} must be a whole number of MiB >= 1, got {raw!r}")
+def cpu_pool_bytes(weights_bytes: int = 0, mib: int | None = None) -> int:
+    """The CPU KV pool of an engine whose config leaves kv_pool_tokens unset: `mib` MiB
+    (EngineConfig.cpu_kv_pool_mib), else 1 GiB, or less where this worker's share of memory is smaller.
+    The share: Spark's PYSPARK_EXECUTOR_MEMORY_MB (spark.executor.pyspark.memory split among the
+    executor's workers), less the weights and a worker's overhead; else 80% of what the machine has
+    available less the weights and overhead of the other workers sharing it, split among them all.
+    At least 64 MiB."""
+    if mib is not None:
         return mib << 20
-    spark_mb = os.environ.get("PYSPARK_EXECUTOR_MEMORY_MB", "").strip()
-    if spark_mb.isdigit():
-        share = (int(spark_mb) << 20) - weights_bytes - CPU_WORKER_OVERHEAD
+    spark_mb = spark_worker_memory_mb()
+    if spark_mb is not None:
+        share = (spark_mb << 20) - weights_bytes - CPU_WORKER_OVERHEAD
     else:
         avail = available_memory()
         if avail is None:
@@ -140,8 +133,8 @@ class Runtime:
         if device.type == "cuda" and cfg.use_triton is not False:
             from .cuda_ops import CudaOps
 
-            # FP8: a join's context attention scores from float8 keys too, unless QUAIL_FP8_ATTENTION=0
-            fp8_attn = cfg.quantize == "fp8" and os.environ.get(FP8_ATTENTION_ENV, "1") != "0"
+            # FP8: a join's context attention scores from float8 keys too, unless fp8_attention is off
+            fp8_attn = cfg.quantize == "fp8" and cfg.fp8_attention
             ops = CudaOps(use_triton=cfg.use_triton, ctx_fp8=fp8_attn)
         # CUDA: 32768 measured ~2% faster than 16384 on FILTER and JOIN (H200, BENCHMARKS.md)
         budget = cfg.token_budget or (32768 if device.type == "cuda" else 2048)
@@ -166,7 +159,7 @@ class Runtime:
             if slots < 4096:
                 raise RuntimeError(f"GPU has {free / 2**30:.1f} GiB free after weights: too little for the KV pool")
         else:
-            slots = cpu_pool_bytes(weights_bytes) // per_slot
+            slots = cpu_pool_bytes(weights_bytes, self.config.cpu_kv_pool_mib) // per_slot
         self.kv_slots = max(16, slots // 16 * 16)
         log.info("KV pool: %d slots (%.2f GiB), token budget %d, context budget %d", self.kv_slots,
                  self.kv_slots * per_slot / 2**30, self.token_budget, self.ctx_budget)
@@ -175,4 +168,4 @@ class Runtime:
         """Peak activation bytes of one forward pass at the token budget (rough, generous)."""
         width = max(2 * mcfg.intermediate_size, (mcfg.num_heads + 2 * mcfg.num_kv_heads) * mcfg.head_dim)
         per_tok = (4 * mcfg.hidden_size + 2 * width) * 4
-        return self.token_budget * per_tok + int(os.environ.get("QUAIL_EXTRA_ACT_BYTES", 0))
+        return self.token_budget * per_tok + self.config.extra_activation_bytes

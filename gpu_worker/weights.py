@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from .config import PRESETS, RANDOM_SHAPES, ModelConfig
+from .config import CACHE_ENV, PRESETS, RANDOM_SHAPES, TOKENIZER_ENV, ModelConfig, env
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ class ModelSource:
 
 
 def cache_root(explicit: str | None = None) -> Path:
-    root = explicit or os.environ.get("QUAIL_SPARK_CACHE") or Path.home() / ".cache" / "quail_spark"
+    root = explicit or env(CACHE_ENV) or Path.home() / ".cache" / "quail_spark"
     return Path(root)
 
 
@@ -61,7 +61,7 @@ def resolve(model: str, cache_dir: str | None = None, seed: int = 0, tokenizer: 
     """Turn a model name or path into a loadable source (converting GGUF once)."""
     if model in RANDOM_SHAPES:
         # machines without the SmolLM2 GGUF (the GPU image) name its tokenizer folder in QUAIL_TOKENIZER
-        tokenizer = tokenizer or os.environ.get("QUAIL_TOKENIZER") or None
+        tokenizer = tokenizer or env(TOKENIZER_ENV)
         if tokenizer is not None:
             tok = Path(tokenizer).expanduser()
             if not (tok / "tokenizer.json").is_file():

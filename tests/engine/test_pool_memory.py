@@ -1,4 +1,5 @@
-"""The CPU KV pool's default size (1 GiB, or the worker's share of memory; QUAIL_CPU_KV_POOL_MIB),
+"""The CPU KV pool's default size (1 GiB, or the worker's share of memory; EngineConfig.cpu_kv_pool_mib,
+whose default is QUAIL_CPU_KV_POOL_MIB),
 and an engine dropped gives its pool back at once: no reference cycle keeps it until the next full
 garbage collection."""
 from __future__ import annotations
@@ -11,7 +12,8 @@ import pytest
 from gpu_worker import Engine, EngineConfig
 from gpu_worker.runner import KVCache
 from gpu_worker import runtime
-from gpu_worker.runtime import CPU_POOL_BYTES, CPU_POOL_ENV, CPU_WORKER_OVERHEAD, cpu_pool_bytes
+from gpu_worker.config import CPU_POOL_ENV
+from gpu_worker.runtime import CPU_POOL_BYTES, CPU_WORKER_OVERHEAD, cpu_pool_bytes
 
 TINY = EngineConfig(model="tiny-llama-random", device="cpu")
 
@@ -51,17 +53,20 @@ def test_the_default_pool_shrinks_to_the_workers_share(monkeypatch):
 def test_the_environment_sets_the_default_pool(monkeypatch):
     monkeypatch.setenv("PYSPARK_EXECUTOR_MEMORY_MB", "1")  # the explicit size wins over any share
     monkeypatch.setenv(CPU_POOL_ENV, "3")
-    eng = Engine(TINY)
+    cfg = EngineConfig(model="tiny-llama-random", device="cpu")  # the environment read when a config is made
+    assert cfg.cpu_kv_pool_mib == 3
+    eng = Engine(cfg)
     per_slot = KVCache.bytes_per_slot(eng.model_config, eng.rt.dtype)
     assert eng.rt.kv_slots == (3 << 20) // per_slot // 16 * 16
-    assert Engine(TINY.replace(kv_pool_tokens=512)).rt.kv_slots == 512  # an explicit size wins
+    assert Engine(cfg.replace(kv_pool_tokens=512)).rt.kv_slots == 512  # an explicit size wins
+    assert Engine(cfg.replace(cpu_kv_pool_mib=5)).rt.kv_slots == (5 << 20) // per_slot // 16 * 16  # so does the field
 
 
 @pytest.mark.parametrize("raw", ["0", "-4", "1.5", "lots"])
 def test_a_bad_pool_size_names_the_variable(monkeypatch, raw):
     monkeypatch.setenv(CPU_POOL_ENV, raw)
     with pytest.raises(ValueError, match=rf"{CPU_POOL_ENV} must be a whole number of MiB >= 1, got '{raw}'"):
-        Engine(TINY)
+        Engine(model="tiny-llama-random", device="cpu")
 
 
 def test_a_dropped_engine_is_freed_without_a_collection():
