@@ -3,8 +3,8 @@
     spark-submit --properties-file gpu-cluster.conf jobs/enrich.py notes.json --fail-on-error
 
 Under spark-submit the job uses the session spark-submit configured (pass the
-GPU preset's keys with --conf or --properties-file); see README, "Enrichment
-jobs on a cluster".
+GPU preset's keys with --conf or --properties-file); see docs/enrichment.md, "On a
+cluster".
 """
 import sys
 
