@@ -1,5 +1,9 @@
 package io.quailspark;
 
+import java.io.Serializable;
+import java.util.List;
+import java.util.function.Function;
+
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.SparkSessionExtensions;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
@@ -24,58 +28,51 @@ import scala.runtime.BoxedUnit;
  */
 public class QuailExtensions extends AbstractFunction1<SparkSessionExtensions, BoxedUnit> {
 
+    /** Analysis rules, in the order they run. */
+    static final List<Make<Rule<LogicalPlan>>> POST_HOC = List.of(
+            s -> new QuailHintStruct(),
+            s -> new QuailAnchorHint(),
+            s -> new QuailKeepRepartition(),
+            s -> new QuailEvaluateOnce());
+
+    /** Operator-optimization rules, in the order they are injected. */
+    static final List<Make<Rule<LogicalPlan>>> OPTIMIZER = List.of(
+            QuailPushBelowAi::new,
+            QuailOuterJoin::new,
+            QuailAiSubquery::new,
+            QuailFilterChain::new,
+            QuailAiJoinOrder::new,
+            QuailAiJoin::new,
+            QuailLocalSort::new,
+            QuailFuseCalls::new);
+
     @Override
     public BoxedUnit apply(SparkSessionExtensions ext) {
-        ext.injectPostHocResolutionRule(new Builder(3));
-        ext.injectPostHocResolutionRule(new Builder(4));
-        ext.injectPostHocResolutionRule(new Builder(9));
-        ext.injectPostHocResolutionRule(new Builder(10));
-        ext.injectOptimizerRule(new Builder(11));
-        ext.injectOptimizerRule(new Builder(7));
-        ext.injectOptimizerRule(new Builder(8));
-        ext.injectOptimizerRule(new Builder(0));
-        ext.injectOptimizerRule(new Builder(5));
-        ext.injectOptimizerRule(new Builder(1));
-        ext.injectOptimizerRule(new Builder(2));
-        ext.injectOptimizerRule(new Builder(6));
-        ext.injectCheckRule(new CheckBuilder());
+        for (Make<Rule<LogicalPlan>> rule : POST_HOC) {
+            ext.injectPostHocResolutionRule(new Builder<>(rule));
+        }
+        for (Make<Rule<LogicalPlan>> rule : OPTIMIZER) {
+            ext.injectOptimizerRule(new Builder<>(rule));
+        }
+        ext.injectCheckRule(new Builder<scala.Function1<LogicalPlan, BoxedUnit>>(s -> new QuailArgTypes()));
         return BoxedUnit.UNIT;
     }
 
-    /** CheckRuleBuilder (SparkSession => LogicalPlan => Unit). */
-    private static final class CheckBuilder extends AbstractFunction1<SparkSession, scala.Function1<LogicalPlan, BoxedUnit>>
-            implements java.io.Serializable {
-        @Override
-        public scala.Function1<LogicalPlan, BoxedUnit> apply(SparkSession session) {
-            return new QuailArgTypes();
-        }
+    /** A rule's constructor from the session (serializable, as Spark's builders are). */
+    interface Make<T> extends Function<SparkSession, T>, Serializable {
     }
 
-    /** RuleBuilder (SparkSession => Rule): one per rule, so the rules are injected in order. */
-    private static final class Builder extends AbstractFunction1<SparkSession, Rule<LogicalPlan>>
-            implements java.io.Serializable {
-        private final int which;
+    /** A Scala builder (SparkSession => T) over a Java constructor: one per rule, so the rules are injected in order. */
+    private static final class Builder<T> extends AbstractFunction1<SparkSession, T> implements Serializable {
+        private final Make<T> make;
 
-        Builder(int which) {
-            this.which = which;
+        Builder(Make<T> make) {
+            this.make = make;
         }
 
         @Override
-        public Rule<LogicalPlan> apply(SparkSession session) {
-            switch (which) {
-                case 0: return new QuailFilterChain(session);
-                case 1: return new QuailAiJoin(session);
-                case 2: return new QuailLocalSort(session);
-                case 3: return new QuailHintStruct();
-                case 5: return new QuailAiJoinOrder(session);
-                case 6: return new QuailFuseCalls(session);
-                case 7: return new QuailOuterJoin(session);
-                case 8: return new QuailAiSubquery(session);
-                case 9: return new QuailKeepRepartition();
-                case 10: return new QuailEvaluateOnce();
-                case 11: return new QuailPushBelowAi(session);
-                default: return new QuailAnchorHint();
-            }
+        public T apply(SparkSession session) {
+            return make.apply(session);
         }
     }
 }
