@@ -17,7 +17,6 @@ naming the problem; ``--debug`` adds the traceback.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import traceback
 
@@ -28,7 +27,7 @@ EPILOG = "exit status: " + "; ".join(f"{k} {v}" for k, v in EXIT_CODES.items())
 
 def enrich_parser(sub) -> None:
     e = sub.add_parser("enrich", help="add AI columns to a table's rows (incremental, atomic)", epilog=EPILOG)
-    e.add_argument("spec", help="SPEC.json or SPEC.yaml (see README, 'Enrichment jobs')")
+    e.add_argument("spec", help="SPEC.json or SPEC.yaml (see docs/enrichment.md)")
     e.add_argument("--fail-on-error", action="store_true",
                    help="rows that cannot be scored fail the run (nothing is committed)")
     e.add_argument("--spark-preset", default=None,
@@ -48,37 +47,6 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def spark_session(args):
-    """The active session, spark-submit's, or one built from the preset and --conf."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from pyspark.sql import SparkSession
-
-    from quail_spark.enrich import SpecError
-    from quail_spark.presets import load_preset
-
-    active = SparkSession.getActiveSession()
-    if active is not None:
-        return active
-    under_submit = "PYSPARK_GATEWAY_PORT" in os.environ
-    preset = args.spark_preset or (None if under_submit else "spark/local-cpu")
-    conf = load_preset(preset) if preset else {}
-    for kv in args.conf:
-        k, sep, v = kv.partition("=")
-        if not sep:
-            raise SpecError(f"--conf expects KEY=VALUE, got {kv!r}")
-        conf[k] = v
-    builder = SparkSession.builder.appName("quail-enrich")
-    for k, v in conf.items():
-        builder = builder.config(k, v)
-    spark = builder.getOrCreate()
-    # a failure is one line of ours (error_line): Spark's own task errors and their tracebacks are shown
-    # with --debug, or under spark-submit, whose logs are the user's
-    quiet = not under_submit and not getattr(args, "debug", False)
-    spark.sparkContext.setLogLevel("FATAL" if quiet else "WARN")
-    return spark
-
-
 def enrich(args) -> int:
     from quail_spark.enrich import SpecError, load_spec
 
@@ -86,9 +54,10 @@ def enrich(args) -> int:
         spec = load_spec(args.spec)
     except OSError as e:
         raise SpecError(f"{args.spec}: cannot read the spec ({e.strerror or e})") from None
-    from quail_spark.enrich.job import run
-
     from pyspark.sql import SparkSession
+
+    from quail_spark.enrich.job import run
+    from quail_spark.spark_session import spark_session
 
     owned = SparkSession.getActiveSession() is None  # a session of the caller's keeps running
     spark = spark_session(args)

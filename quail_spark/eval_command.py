@@ -27,7 +27,7 @@ KEYS = ("input", "label", "columns", "where", "model", "device", "engine", "outp
 
 def add_parser(sub) -> None:
     e = sub.add_parser("eval", help="measure AI expressions against a labelled table (accuracy, AUC)")
-    e.add_argument("spec", help="SPEC.json or SPEC.yaml (see README, 'Answer quality')")
+    e.add_argument("spec", help="SPEC.json or SPEC.yaml (see docs/quality.md)")
     e.add_argument("--json", default=None, metavar="PATH", help="where to write the figures as JSON")
     e.add_argument("--model", default=None, help="the model to measure instead of the spec's")
     e.add_argument("--device", default=None, help="the device instead of the spec's")
@@ -65,7 +65,7 @@ def main(args) -> int:
         return 2
     from pyspark.errors import PySparkException
 
-    from quail_spark.cli import spark_session
+    from quail_spark.spark_session import spark_session
 
     spark = spark_session(args)
     try:

@@ -134,7 +134,7 @@ def with_derived(df, columns):
 def parse_columns(columns) -> tuple:
     """The AIColumns of ``{name: expression}`` (the enrichment spec's parser); AIColumns already parsed
     (``with_ai_columns`` hands its own to ArrowMapper) come back as they are."""
-    from quail_spark.enrich.spec import AIColumn, parse_column
+    from quail_spark.columns import AIColumn, parse_column
 
     if isinstance(columns, tuple) and columns and all(isinstance(c, AIColumn) for c in columns):
         return columns
@@ -170,7 +170,7 @@ def check_inputs(schema, columns) -> None:
     """Each AI column's documents are text columns of ``schema``; its name is new (ignoring case)."""
     from pyspark.sql.types import BinaryType, StringType
 
-    from quail_spark.enrich.spec import name_clash
+    from quail_spark.columns import name_clash
 
     types = {f.name: f.dataType for f in schema.fields}
     if any(n.lower() == "_ai_error" for n in types):

@@ -27,7 +27,7 @@ def load_preset(name: str) -> dict:
         raise FileNotFoundError(f"no preset {name!r} in {CONF_DIR}; expected one of {have}")
     out = {k: v for k, v in json.loads(path.read_text()).items() if not k.startswith("_")}
     if name.startswith("spark/"):
-        import quail_spark
+        from quail_spark.extension import spark_conf
 
-        out.update(quail_spark.spark_conf())
+        out.update(spark_conf())
     return out

@@ -51,11 +51,11 @@ class QuailSession:
     """
 
     def __init__(self, spark, model: str = "smollm2-135m", device: str = "cpu", **engine_conf):
-        import quail_spark
+        from quail_spark.functions import install
 
         self.spark = spark
         self.model, self.device = model, device
-        self.functions = quail_spark.install(spark, model=model, device=device, **engine_conf)
+        self.functions = install(spark, model=model, device=device, **engine_conf)
 
     def sql(self, text: str, dialect: str | None = None) -> "Query":
         """The query ``text`` (Spark SQL, or ``dialect`` 'bigquery' / 'snowflake'; None detects
@@ -158,17 +158,17 @@ class Query:
     def _run(self, action, summary: bool, progress: bool):
         import contextlib
 
-        import quail_spark
+        from quail_spark.metrics import metrics
         from quail_spark.notebook import Progress
 
-        before = quail_spark.metrics(self.session.spark)
+        before = metrics(self.session.spark)
         t0 = time.time()
         try:
             with Progress(self.session.spark) if progress else contextlib.nullcontext():
                 rows = action()
         finally:  # a failed action did work too: its report is what ran before the failure
             self._wall = time.time() - t0
-            report = _difference(quail_spark.metrics(self.session.spark), before)
+            report = _difference(metrics(self.session.spark), before)
             report["stages"] = {k: v for k, v in report.get("stages", {}).items() if any(v.values())}
             self._report = report
         if summary:
