@@ -19,7 +19,7 @@ log = logging.getLogger("gpu_worker")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # Default KV pool on CPU: 1 GiB per engine (SmolLM2 in float32: 23,296 tokens of 45 KiB), less where
 # this Python worker's share of the machine's memory is smaller (`cpu_pool_bytes`); a Spark Python
-# worker needs the model + the pool + its own overhead (README, "CPU memory").
+# worker needs the model + the pool + its own overhead (docs/gpu.md, "CPU memory").
 # EngineConfig.cpu_kv_pool_mib (default QUAIL_CPU_KV_POOL_MIB in the environment of the driver, or
 # spark.executorEnv.*) sets the size.
 CPU_POOL_BYTES = 1 << 30
