@@ -24,9 +24,6 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyspark.accumulators import AccumulatorParam
 
-TEST_FAIL_FIRST_ATTEMPT = "spark.quail.enrich.test.failFirstAttempt"  # TEST ONLY settings
-TEST_BATCH_DELAY = "spark.quail.enrich.test.batchDelaySeconds"
-
 
 @dataclass(frozen=True)
 class StagePlan:
@@ -39,8 +36,6 @@ class StagePlan:
     progress_dir: str | None = None
     run_id: str = ""
     counters: object = None  # a Spark accumulator (CountersParam): counters of successful tasks
-    test_fail_first_attempt: bool = False  # TEST ONLY: raise in every first attempt of a task
-    test_batch_delay_s: float = 0.0        # TEST ONLY: sleep after each batch (a run long enough to kill)
 
 
 def enrich_task(plan: StagePlan, batches):
@@ -52,12 +47,8 @@ def enrich_task(plan: StagePlan, batches):
     attempt = ctx.attemptNumber() if ctx else 0
     progress = Progress(plan, ctx)
     for batch in batches:
-        if plan.test_fail_first_attempt and attempt == 0:
-            raise RuntimeError(f"test-only failure of a first task attempt ({TEST_FAIL_FIRST_ATTEMPT})")
         out, counts = evaluate_batch(plan, batch, attempt)
         progress.add(counts)
-        if plan.test_batch_delay_s:
-            time.sleep(plan.test_batch_delay_s)
         yield out
     progress.flush(final=True)
     if plan.counters is not None:

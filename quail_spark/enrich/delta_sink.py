@@ -26,7 +26,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from quail_spark.enrich.guard import OutputBusy, WriterLock, kill_point, usable_state, warn
+from quail_spark.enrich.guard import OutputBusy, WriterLock, usable_state, warn
 from quail_spark.enrich.spec import Spec, SpecError
 from quail_spark.errors import error_line
 
@@ -123,7 +123,6 @@ class DeltaSink:
         except CommitFailedError as e:
             raise OutputBusy(f"{self.path} changed while this run worked (it read version {self._base}): "
                              f"{error_line(e)}; nothing committed, run again") from None
-        kill_point("between-commits")
         write_deltalake(str(self.state_path), self._reader(self._state_staged), mode="overwrite",
                         schema_mode="overwrite", commit_properties=props)
         shutil.rmtree(Path(staged).parent, ignore_errors=True)

@@ -23,7 +23,6 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
-import signal
 import sys
 from pathlib import Path
 
@@ -31,8 +30,6 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from quail_spark.errors import error_line
-
-TEST_KILL = "QUAIL_ENRICH_TEST_KILL"  # TEST ONLY: "between-commits" SIGKILLs the driver after the data commit
 
 
 class OutputBusy(RuntimeError):
@@ -218,9 +215,3 @@ class WriterLock:
         if self._file is not None:
             self._file.close()
             self._file = None
-
-
-def kill_point(name: str) -> None:
-    """TEST ONLY: SIGKILL this process at ``name`` when ``QUAIL_ENRICH_TEST_KILL`` says so."""
-    if os.environ.get(TEST_KILL) == name:
-        os.kill(os.getpid(), signal.SIGKILL)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from quail_spark.enrich.guard import OutputBusy, kill_point, usable_state, warn
+from quail_spark.enrich.guard import OutputBusy, usable_state, warn
 from quail_spark.enrich.spec import Spec, SpecError
 
 STATE_SUFFIX = "__ai_state"
@@ -113,7 +113,6 @@ class IcebergSink:
             raise OutputBusy(f"{self.ident} changed while this run worked (snapshot {self._base} -> {head}); "
                                "nothing committed, run again")
         _replace_files(t, staged, run_id)  # (an ``_ai_hash`` column of tables written before the state table goes)
-        kill_point("between-commits")
         _replace_files(self.catalog.load_table(self.state_ident), self._state_staged, run_id)
 
 

@@ -27,14 +27,12 @@ from quail_spark import executor
 from quail_spark.errors import error_line
 from quail_spark.enrich import guard
 from quail_spark.enrich import incremental as inc
-from quail_spark.enrich.ai_stage import (TEST_BATCH_DELAY, TEST_FAIL_FIRST_ATTEMPT, CountersParam, StagePlan,
-                                         enrich_task)
+from quail_spark.enrich.ai_stage import CountersParam, StagePlan, enrich_task
 from quail_spark.enrich.guard import EnrichFailed
 from quail_spark.enrich.report import summary, write
 from quail_spark.enrich.spec import Spec, SpecError
 
 ROWS_PER_TASK = 2000
-TEST_ENGINE_DEVICE = "spark.quail.enrich.test.engineDevice"  # TEST ONLY: engine device inside AI tasks
 GPU_DEVICES = ("cuda", "gpu")
 
 
@@ -183,13 +181,8 @@ def stage(spec, spark, sink, work, input_schema, run_id, n_read, n_todo, progres
 def stage_plan(spec: Spec, spark, run_id: str, progress_dir: str, counters) -> StagePlan:
     conf = spark.conf  # the session's conf: the context's settings and any set since
     engine = executor.engine_conf(spec.model, executor.session_device(spark, spec.device), **spec.engine)
-    device = conf.get(TEST_ENGINE_DEVICE, None)
-    if device:
-        engine = {**engine, "device": device}
     failures = max_task_failures(spark.sparkContext.master, conf.get("spark.task.maxFailures", "4"))
-    return StagePlan(engine, spec.key, spec.columns, failures, progress_dir, run_id, counters,
-                     conf.get(TEST_FAIL_FIRST_ATTEMPT, "false").lower() == "true",
-                     float(conf.get(TEST_BATCH_DELAY, "0")))
+    return StagePlan(engine, spec.key, spec.columns, failures, progress_dir, run_id, counters)
 
 
 def ai_rows(spec: Spec, spark, work, input_schema, plan: StagePlan, n_todo: int):

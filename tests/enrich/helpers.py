@@ -16,6 +16,13 @@ COLUMNS = {"complaint": "ai_if('Is {0} a complaint?', body)",
            "p": "ai_score('Is {0} about a delivery?', body)"}
 FIELDS = ["id", "complaint", "label", "p", "_ai_error"]  # exactly the output's columns
 REPO = Path(__file__).resolve().parents[2]
+FAULTS = Path(__file__).resolve().parent / "faults"  # sitecustomize.py: faults injected into a subprocess run
+
+
+def faults_env(**faults: str) -> dict:
+    """Environment of a subprocess run with test-only faults (faults/sitecustomize.py), e.g.
+    ``faults_env(QUAIL_FAULT_BATCH_DELAY_S="0.5")``; the driver and its Spark Python workers see them."""
+    return {"PYTHONPATH": os.pathsep.join([str(FAULTS), str(REPO), os.environ.get("PYTHONPATH", "")]), **faults}
 
 
 def notes(n: int, start: int = 0, edit: dict | None = None) -> pa.Table:

@@ -10,10 +10,8 @@ import time
 import pyarrow.parquet as pq
 import pytest
 
-from quail_spark.enrich.ai_stage import TEST_BATCH_DELAY
-from quail_spark.enrich.guard import TEST_KILL
 
-from .helpers import FIELDS, assert_same_rows, cli, enrich, notes, rows_done, write_spec
+from .helpers import FIELDS, assert_same_rows, cli, enrich, faults_env, notes, rows_done, write_spec
 
 deltalake = pytest.importorskip("deltalake")
 COLS = {"complaint": "ai_if('Is {0} a complaint?', body)", "label": "ai_classify(body, array('bug', 'praise'))",
@@ -52,8 +50,8 @@ def test_delta_output_commits_one_version_per_run_and_survives_sigkills(spark, t
     edits = {i: f"Edited note {i}: nobody answered my emails." for i in range(0, 16, 2)}
     pq.write_table(notes(40, edit=edits), tmp_path / "notes.parquet")
     progress = tmp_path / "progress"
-    proc = cli(spec, "--progress-dir", str(progress), "--conf", f"{TEST_BATCH_DELAY}=0.5",
-               "--conf", "spark.sql.execution.arrow.maxRecordsPerBatch=4")
+    proc = cli(spec, "--progress-dir", str(progress), "--conf", "spark.sql.execution.arrow.maxRecordsPerBatch=4",
+               env=faults_env(QUAIL_FAULT_BATCH_DELAY_S="0.5"))
     try:
         deadline = time.time() + 150
         while rows_done(progress) == 0 and proc.poll() is None and time.time() < deadline:
@@ -66,7 +64,7 @@ def test_delta_output_commits_one_version_per_run_and_survives_sigkills(spark, t
     assert any((out / "_quail_staging").iterdir()), "the killed run had staged files"
 
     # a run SIGKILLed between its data and state commits: the data version is complete, the state stale
-    proc = cli(spec, env={TEST_KILL: "between-commits"})
+    proc = cli(spec, env=faults_env(QUAIL_FAULT_KILL="between-commits"))
     assert proc.wait(timeout=300) == -signal.SIGKILL, (tmp_path / "spec.log").read_text()[-3000:]
     killed = delta_rows(out)
     assert (version(out), version(state)) == (2, 1) and len(killed) == sum(1 for i in range(40) if i % 11)

@@ -10,10 +10,9 @@ import time
 
 import pyarrow.parquet as pq
 
-from quail_spark.enrich.ai_stage import TEST_BATCH_DELAY
 from quail_spark.enrich.progress import ProgressLine
 
-from .helpers import assert_same_rows, cli, enrich, notes, rows, rows_done, write_spec
+from .helpers import assert_same_rows, cli, enrich, faults_env, notes, rows, rows_done, write_spec
 
 
 def test_sigkill_mid_run_keeps_the_previous_output_and_the_rerun_completes_it(spark, tmp_path):
@@ -27,8 +26,8 @@ def test_sigkill_mid_run_keeps_the_previous_output_and_the_rerun_completes_it(sp
     pq.write_table(notes(80, edit=edits), tmp_path / "notes.parquet")
     progress = tmp_path / "progress"
     proc = cli(spec, "--progress-dir", str(progress), "--progress-every", "1",
-               "--conf", f"{TEST_BATCH_DELAY}=0.5", "--conf", "spark.sql.execution.arrow.maxRecordsPerBatch=4",
-               "--conf", "spark.ui.enabled=false")
+               "--conf", "spark.sql.execution.arrow.maxRecordsPerBatch=4", "--conf", "spark.ui.enabled=false",
+               env=faults_env(QUAIL_FAULT_BATCH_DELAY_S="0.5"))
     try:
         deadline = time.time() + 150
         while rows_done(progress) == 0 and proc.poll() is None and time.time() < deadline:

@@ -2,9 +2,9 @@
 two fake GPUs from a discovery script), in its own process and SparkContext.
 
 The spec asks for device 'cuda', so only the AI stage requests one GPU per task; the engine runs
-the tiny random model on the CPU (test-only engine device) while each task still binds the address
-Spark assigned. Every first task attempt raises (test-only setting): the retries give the rows of
-a clean run, nothing doubled.
+the tiny random model on the CPU (a test-only fault: helpers.faults_env) while each task still binds
+the address Spark assigned. Every first task attempt raises (another injected fault): the retries give
+the rows of a clean run, nothing doubled.
 """
 from __future__ import annotations
 
@@ -14,17 +14,12 @@ import os
 import subprocess
 import sys
 from itertools import combinations
-from pathlib import Path
 
 import pyarrow.parquet as pq
 
 from quail_spark.enrich import load_spec, run
-from quail_spark.enrich.ai_stage import TEST_BATCH_DELAY, TEST_FAIL_FIRST_ATTEMPT
-from quail_spark.enrich.job import TEST_ENGINE_DEVICE
 
-from .helpers import assert_same_rows, notes, rows, write_spec
-
-REPO = Path(__file__).resolve().parents[2]
+from .helpers import assert_same_rows, faults_env, notes, rows, write_spec
 
 
 def test_local_cluster_ai_tasks_each_bind_one_gpu_and_first_attempt_failures_change_nothing(spark, tmp_path):
@@ -35,11 +30,11 @@ def test_local_cluster_ai_tasks_each_bind_one_gpu_and_first_attempt_failures_cha
     gpu = {"spark.worker.resource.gpu.amount": "2", "spark.worker.resource.gpu.discoveryScript": str(script),
            "spark.executor.resource.gpu.amount": "2", "spark.executor.resource.gpu.discoveryScript": str(script)}
     conf = {"spark.master": "local-cluster[1,2,1536]", "spark.executor.memory": "1200m",
-            "spark.ui.enabled": "false", "spark.sql.execution.arrow.maxRecordsPerBatch": "4",
-            TEST_ENGINE_DEVICE: "cpu", TEST_FAIL_FIRST_ATTEMPT: "true", TEST_BATCH_DELAY: "0.3", **gpu}
+            "spark.ui.enabled": "false", "spark.sql.execution.arrow.maxRecordsPerBatch": "4", **gpu}
     spec = write_spec(tmp_path, device="cuda")
-    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-           "PYSPARK_PYTHON": sys.executable,
+    faults = faults_env(QUAIL_FAULT_ENGINE_DEVICE="cpu", QUAIL_FAULT_FAIL_FIRST_ATTEMPT="1",
+                        QUAIL_FAULT_BATCH_DELAY_S="0.3")
+    env = {**os.environ, **faults, "PYSPARK_PYTHON": sys.executable,
            # standalone workers read their resources from SPARK_WORKER_OPTS (the in-process workers
            # of local-cluster also from the application's conf above)
            "SPARK_WORKER_OPTS": " ".join(f"-D{k}={v}" for k, v in gpu.items() if k.startswith("spark.worker"))}
