@@ -139,6 +139,9 @@ class EngineConfig:
         float8 keys and queries (quail_kernels/kv_fp8.py; the environment variable
         QUAIL_FP8_ATTENTION=0 keeps them in `dtype`). Faster, not exact:
         margins move (see BENCHMARKS.md for the measured sign agreement).
+    measure_rate: on the first load of a (model, device, dtype), time the prefill at two
+        prompt lengths and cache the rates beside the weights for the planner's estimates
+        (gpu_worker/rates.py); off: nothing is timed.
     """
 
     model: str = "smollm2-135m"
@@ -154,6 +157,7 @@ class EngineConfig:
     use_triton: bool | None = None  # default: on CUDA when triton imports
     tokenizer: str | None = None  # tokenizer folder for the random presets (default: SmolLM2's)
     quantize: str | None = None
+    measure_rate: bool = True  # time the prefill once per (model, device, dtype) for the planner (rates.py)
 
     def __post_init__(self):
         if self.on_overflow not in ON_OVERFLOW:
