@@ -38,6 +38,7 @@ public class QuailExtensions extends AbstractFunction1<SparkSessionExtensions, B
         ext.injectOptimizerRule(new Builder(1));
         ext.injectOptimizerRule(new Builder(2));
         ext.injectOptimizerRule(new Builder(6));
+        ext.injectOptimizerRule(new Builder(12));
         ext.injectCheckRule(new CheckBuilder());
         return BoxedUnit.UNIT;
     }
@@ -74,6 +75,7 @@ public class QuailExtensions extends AbstractFunction1<SparkSessionExtensions, B
                 case 9: return new QuailKeepRepartition();
                 case 10: return new QuailEvaluateOnce();
                 case 11: return new QuailPushBelowAi(session);
+                case 12: return new QuailBudget();
                 default: return new QuailAnchorHint();
             }
         }
