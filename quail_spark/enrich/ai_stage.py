@@ -41,6 +41,7 @@ class StagePlan:
     counters: object = None  # a Spark accumulator (CountersParam): counters of successful tasks
     test_fail_first_attempt: bool = False  # TEST ONLY: raise in every first attempt of a task
     test_batch_delay_s: float = 0.0        # TEST ONLY: sleep after each batch (a run long enough to kill)
+    max_tokens: int = 0  # the spec's budget: the run stops once its tasks requested more (0: none)
 
 
 def enrich_task(plan: StagePlan, batches):
@@ -56,6 +57,11 @@ def enrich_task(plan: StagePlan, batches):
             raise RuntimeError(f"test-only failure of a first task attempt ({TEST_FAIL_FIRST_ATTEMPT})")
         out, counts = evaluate_batch(plan, batch, attempt)
         progress.add(counts)
+        if plan.max_tokens:  # the budget: every task's newest counts, summed over the progress folder
+            from quail_spark.enrich.budget import stop_if_over
+
+            progress.flush()
+            stop_if_over(plan.progress_dir, plan.max_tokens)
         if plan.test_batch_delay_s:
             time.sleep(plan.test_batch_delay_s)
         yield out

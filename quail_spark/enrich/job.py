@@ -38,6 +38,21 @@ TEST_ENGINE_DEVICE = "spark.quail.enrich.test.engineDevice"  # TEST ONLY: engine
 GPU_DEVICES = ("cuda", "gpu")
 
 
+def dry_run(spec: Spec, spark, out=None) -> dict:
+    """What ``run`` would compute (rows, columns, tokens, seconds), printed; nothing is written or locked."""
+    from quail_spark.enrich import preview
+
+    spec, inp = input_rows(spark, spec)
+    prev, state = guard.checked_previous(spark, sink_for(spec), spec.key, [])
+    work = inc.work_rows(spec, inp, prev, state).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        est = preview.estimate(spec, spark, work)
+    finally:
+        work.unpersist()
+    print(preview.text(est), file=out or sys.stdout, flush=True)
+    return est
+
+
 def read_input(spark, spec: Spec):
     """The input as a DataFrame: a Parquet / JSON lines / CSV path, or a catalog table.
 
@@ -109,6 +124,10 @@ def locked_run(spec: Spec, spark, sink, inp, keys, run_id, progress_dir, progres
     prev, state = guard.checked_previous(spark, sink, spec.key, warnings)
     work = inc.work_rows(spec, inp, prev, state).persist(StorageLevel.MEMORY_AND_DISK)
     try:
+        if spec.budget:  # refused before any AI work when the estimate exceeds it
+            from quail_spark.enrich import preview
+
+            preview.check(spec, preview.estimate(spec, spark, work))
         n_read, n_todo = work.select(F.count(F.lit(1)), F.sum(inc.needs_any(spec).cast("long"))).first()
         report = stage(spec, spark, sink, work, inp.schema, run_id, n_read, n_todo or 0,
                        progress_dir, progress_every)
@@ -189,7 +208,7 @@ def stage_plan(spec: Spec, spark, run_id: str, progress_dir: str, counters) -> S
     failures = max_task_failures(spark.sparkContext.master, conf.get("spark.task.maxFailures", "4"))
     return StagePlan(engine, spec.key, spec.columns, failures, progress_dir, run_id, counters,
                      conf.get(TEST_FAIL_FIRST_ATTEMPT, "false").lower() == "true",
-                     float(conf.get(TEST_BATCH_DELAY, "0")))
+                     float(conf.get(TEST_BATCH_DELAY, "0")), spec.budget.get("max_tokens", 0))
 
 
 def ai_rows(spec: Spec, spark, work, input_schema, plan: StagePlan, n_todo: int):
