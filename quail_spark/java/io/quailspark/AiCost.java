@@ -143,6 +143,12 @@ final class AiCost {
         return Math.max(1.0, Math.ceil(text.length() / bytesPerToken()));
     }
 
+    /** Tokens per word piece ({@link AiSample#pieces}) of the installed tokenizer (install() measures it), else 1.1. */
+    static double tokensPerPiece() {
+        double t = conf("tokens_per_piece", 1.1);
+        return t > 0 ? t : 1.1;
+    }
+
     /** UTF-8 bytes per token of the installed tokenizer on text (install() measures it), else 4. */
     static double bytesPerToken() {
         double b = conf("bytes_per_token", CHARS_PER_TOKEN);
@@ -201,9 +207,7 @@ final class AiCost {
         Double local = localTokens(col, plan);
         if (local != null) return new Tokens(local, "in-memory rows");
         AiSample.Facts f = AiSample.of(plan, col);
-        if (f != null && f.avgPieces != null) {
-            return new Tokens(Math.max(1.0, f.avgPieces * conf("tokens_per_piece", 1.0)), f.source());
-        }
+        if (f != null && f.avgPieces != null) return new Tokens(Math.max(1.0, f.avgPieces * tokensPerPiece()), f.source());
         return new Tokens(DEFAULT_DOC_TOKENS, "default");
     }
 
@@ -220,15 +224,15 @@ final class AiCost {
             int at = -1;
             for (int i = 0; i < out.size(); i++) if (out.get(i).exprId().equals(a.exprId())) at = i;
             if (at < 0) continue;
-            double bytes = 0;
+            double pieces = 0;
             int n = 0;
             for (InternalRow r : CollectionConverters.asJava(((LocalRelation) leaf).data())) {
                 if (n >= LOCAL_SAMPLE) break;
                 if (r.isNullAt(at)) continue;
-                bytes += r.getUTF8String(at).numBytes();
+                pieces += AiSample.pieces(r.getUTF8String(at).toString());
                 n++;
             }
-            return n == 0 ? null : Math.max(1.0, bytes / n / bytesPerToken());
+            return n == 0 ? null : Math.max(1.0, pieces / n * tokensPerPiece());
         }
         return null;
     }
