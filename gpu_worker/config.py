@@ -189,6 +189,9 @@ class EngineConfig:
     tokenizer: tokenizer folder for the random presets; default QUAIL_TOKENIZER, else SmolLM2's.
     extra_activation_bytes: added to the GPU's activation reserve when the KV pool is sized
         from free memory; default QUAIL_EXTRA_ACT_BYTES, else 0.
+    measure_rate: on the first load of a (model, device, dtype), time the prefill at two
+        prompt lengths and cache the rates beside the weights for the planner's estimates
+        (gpu_worker/rates.py); off: nothing is timed.
     """
 
     model: str = "smollm2-135m"
@@ -207,6 +210,7 @@ class EngineConfig:
     cpu_kv_pool_mib: int | None = field(default_factory=env_cpu_pool_mib)
     fp8_attention: bool = field(default_factory=lambda: os.environ.get(FP8_ATTENTION_ENV, "1") != "0")
     extra_activation_bytes: int = field(default_factory=lambda: int(os.environ.get(EXTRA_ACT_ENV, 0)))
+    measure_rate: bool = True  # time the prefill once per (model, device, dtype) for the planner (rates.py)
 
     def __post_init__(self):
         if self.on_overflow not in ON_OVERFLOW:

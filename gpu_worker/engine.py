@@ -15,7 +15,7 @@ import time
 import numpy as np
 import torch
 
-from . import weights
+from . import rates, weights
 from .chunks import DocumentChunks, leave_a_core
 from .config import EngineConfig
 from .fitting import RequestFitter
@@ -93,6 +93,9 @@ class Engine:
         # the renderer's function, not a method of the engine: no reference cycle, so an engine dropped
         # frees its KV pool at once rather than at the next full garbage collection
         self.chunks = DocumentChunks(self.renderer.encode_batch, self.rt.token_budget)
+        self.reset_stats()
+        if cfg.measure_rate:  # once per (model, device, dtype): the planner's rates (the stats reset below)
+            rates.measure(self, weights.cache_root(cfg.cache_dir), rates.weights_key(cfg.model, src.folder))
         self.reset_stats()
         self.load_s = time.time() - t0
 

@@ -1,6 +1,6 @@
 """The ``quail-spark`` command.
 
-    quail-spark enrich SPEC.json [--fail-on-error] [--debug] [--spark-preset spark/local-cpu] [--conf K=V ...]
+    quail-spark enrich SPEC.json [--dry-run] [--fail-on-error] [--debug] [--spark-preset spark/local-cpu] [--conf K=V ...]
     quail-spark eval SPEC.json [--json PATH] [--model M] (see quail_spark.eval_command)
 
 Outside spark-submit the command starts its own SparkSession from a preset
@@ -10,8 +10,9 @@ in a process that already has an active session it uses that one (and leaves
 it running).
 
 Exit status of ``enrich`` (:data:`EXIT_CODES`): 0 done, 1 rows errored under
---fail-on-error (nothing committed), 2 a bad spec or input, 3 another run
-holds the output, 4 an internal error. A failure prints one line on stderr
+--fail-on-error (nothing committed), 2 a bad spec or input, or an estimate
+above the spec's budget (nothing ran), 3 another run holds the output, 4 an
+internal error, or a run stopped for passing its budget (nothing committed). A failure prints one line on stderr
 naming the problem; ``--debug`` adds the traceback.
 """
 from __future__ import annotations
@@ -21,7 +22,9 @@ import sys
 import traceback
 
 EXIT_CODES = {0: "done", 1: "rows errored under --fail-on-error (nothing committed)",
-              2: "bad spec or input", 3: "another run holds the output", 4: "internal error"}
+              2: "bad spec or input, or the estimate exceeds the spec's budget (nothing ran)",
+              3: "another run holds the output",
+              4: "internal error, or the run passed the spec's budget and was stopped (nothing committed)"}
 EPILOG = "exit status: " + "; ".join(f"{k} {v}" for k, v in EXIT_CODES.items())
 
 
@@ -37,6 +40,9 @@ def enrich_parser(sub) -> None:
                    help="seconds between progress lines (default 10)")
     e.add_argument("--progress-dir", default=None, help="keep the executors' progress records here")
     e.add_argument("--debug", action="store_true", help="print the traceback of a failure")
+    e.add_argument("--dry-run", action="store_true",
+                   help="print the rows and columns a run would compute (a rerun: only the rows to recompute), "
+                        "its tokens and estimated time; compute and commit nothing (docs/estimates.md)")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -62,6 +68,11 @@ def enrich(args) -> int:
     owned = SparkSession.getActiveSession() is None  # a session of the caller's keeps running
     spark = spark_session(args)
     try:
+        if args.dry_run:
+            from quail_spark.enrich.job import dry_run
+
+            dry_run(spec, spark)
+            return 0
         run(spec, spark, fail_on_error=args.fail_on_error, progress_every=args.progress_every,
             progress_dir=args.progress_dir)
     finally:

@@ -47,6 +47,10 @@ MODELS = {
 # Dense matmul rates in FLOP/s. h200: bf16 measured on the lent H200. cpu: an
 # estimate for a few cores of a recent x86 in fp32, not a measurement.
 RATES = {"h200": 789e12, "cpu": 1e11}
+# settings measured for the installed model (quail_spark.calibration, gpu_worker/rates.py); without them
+# the rules price the presets: a rate for attention equal to ``rate``, a chat frame estimate, 4 bytes a token
+MEASURED = ("attn_rate", "rate_source", "frame_head", "frame_ask", "frame_join_mid", "frame_join_tail",
+            "bytes_per_token", "tokens_per_piece")
 
 
 def model_shape(model: str) -> ModelShape:
@@ -68,8 +72,11 @@ def model_shape(model: str) -> ModelShape:
                       m.intermediate_size, m.vocab_size)
 
 
-def session_conf(model: str, device: str) -> dict:
-    """``spark.quail.model.*`` settings of ``model`` on ``device`` ('cpu', else a GPU priced as the H200).
+def session_conf(model: str, device: str, engine: dict | None = None) -> dict:
+    """``spark.quail.model.*`` settings of ``model`` on ``device`` ('cpu', else a GPU priced as the H200):
+    its shape, the rates (on a CPU the engine's measured ones where it measured them, gpu_worker/rates.py)
+    and its prompt frame counted by its tokenizer (:mod:`quail_spark.calibration`; ``engine``: the
+    EngineConfig fields, for ``cache_dir``, ``tokenizer`` and ``dtype``).
 
     >>> session_conf("smollm2-135m", "cpu")["spark.quail.model.n_lin"]
     '106168320'
@@ -77,5 +84,23 @@ def session_conf(model: str, device: str) -> dict:
     s = model_shape(model)
     rate = RATES["cpu" if device == "cpu" else "h200"]
     values = {"name": s.name, "n_lin": s.n_lin, "layers": s.n_layers, "q_heads": s.n_q_heads,
-              "head_dim": s.head_dim, "hidden": s.hidden, "rate": f"{rate:g}"}
+              "head_dim": s.head_dim, "hidden": s.hidden, "rate": f"{rate:g}", "attn_rate": f"{rate:g}",
+              "rate_source": "preset"}
+    values.update(_measured(model, device, engine or {}))
     return {CONF + k: str(v) for k, v in values.items()}
+
+
+def _measured(model: str, device: str, engine: dict) -> dict:
+    """The frame and (on a CPU) the rates measured for ``model``; {} where the tokenizer cannot load."""
+    from quail_spark import calibration
+
+    try:
+        facts = calibration.frame(model, engine.get("cache_dir"), engine.get("tokenizer"))
+    except (OSError, ValueError, ImportError):
+        return {}
+    out = {k: f"{v:g}" for k, v in facts.items()
+           if k.startswith("frame_") or k in ("bytes_per_token", "tokens_per_piece")}
+    rates = calibration.measured_rates(facts, device, engine.get("dtype"), engine.get("cache_dir"))
+    if rates is not None and device == "cpu":
+        out.update(rate=f"{rates['rate']:g}", attn_rate=f"{rates['attn_rate']:g}", rate_source="measured")
+    return out

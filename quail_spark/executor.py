@@ -21,6 +21,7 @@ from __future__ import annotations
 import operator
 import os
 import re
+import time
 
 import numpy as np
 import pyarrow as pa
@@ -159,7 +160,7 @@ def udf_chain(conf, run, spec, doc):
     docs = doc.to_pylist()
     rows = [r for r, d in enumerate(docs) if not is_null(d)]
     out = [None] * len(docs)
-    with _metered(conf, run) as eng:
+    with _metered(conf, run, spec, rows_out="passed") as eng:
         try:
             m = eng.chain([docs[r] for r in rows], [c.question for c in calls], short_circuit=True)
         except PromptTooLong as e:
@@ -213,7 +214,7 @@ def _join_answers(conf, run, name: str, spec, cols) -> tuple[dict, list]:
     kind = "score" if name == "quail_join_score" or s.get("score_bounds") is not None else "if"
     call = Call(kind, s["template"], len(cols), anchor=s.get("anchor_arg"))
     rows = list(range(len(spec)))
-    with _metered(conf, run) as eng:
+    with _metered(conf, run, spec, rows_out="passed") as eng:
         values = [c.to_pylist() for c in cols]
         return s, evaluate(eng, call, values, where=_where(f"ai_{kind} (AI join, {name})", rows, len(cols), values))
 
@@ -281,7 +282,7 @@ def udf_eval(conf, run, spec, *args):
             wheres.append(_where(f"{fn} (fused by quail_eval)", rows, call.n_cols, values))
             places.append((k, rows))
     results = [[None] * len(spec) for _ in calls]
-    with _metered(conf, run) as eng:
+    with _metered(conf, run, spec) as eng:
         for (k, rows), got in zip(places, evaluate_together(eng, items, wheres)):
             for r, x in zip(rows, got):
                 results[k][r] = x
@@ -354,22 +355,40 @@ def _call(fn: str, kind: str, text: str, n_cols: int, rows, labels=(), anchor=No
 
 
 class _metered:
-    """The task's engine; on exit the counters it added go to the session's metrics folder."""
+    """The task's engine; on exit the counters it added go to the session's metrics folder, under the
+    operator's id too where the batch is an operator the rules planned (``spec``: its spec column;
+    ``rows_out``: 'passed' when the rows out are those the last stage passed, else the rows in)."""
 
-    def __init__(self, conf: dict, run: dict):
-        self.conf, self.run = conf, run
+    def __init__(self, conf: dict, run: dict, spec=None, rows_out: str = "rows"):
+        self.conf, self.run, self.spec, self.rows_out = conf, run, spec, rows_out
 
     def __enter__(self):
         from quail_spark.metrics import snapshot
 
         self.eng = get_engine(self.conf)
         self.before = snapshot(self.eng.stats)
+        self.t0 = time.perf_counter()
         return self.eng
 
     def __exit__(self, kind, err, tb):
-        from quail_spark.metrics import append, delta
+        import json
 
-        append(self.run.get("metrics_dir"), delta(self.before, self.eng.stats, errored_rows=int(err is not None)))
+        from quail_spark.budget import stop_if_over
+        from quail_spark.metrics import append, delta
+        from quail_spark.operators import actual_line
+
+        d = delta(self.before, self.eng.stats, errored_rows=int(err is not None))
+        spec = json.loads(self.spec[0].as_py()) if self.spec is not None and len(self.spec) else {}
+        if spec:
+            stages = self.eng.stats.get("stages", [])[self.before[1]:]
+            rows = len(self.spec)
+            passed = int(stages[-1].get("passed", 0)) if self.rows_out == "passed" and stages else rows
+            d["ops"] = actual_line(spec, rows, passed, d, time.perf_counter() - self.t0)
+        if "budget" in spec:
+            d["query"] = spec["budget"]["query"]
+        append(self.run.get("metrics_dir"), d)
+        if "budget" in spec and err is None:
+            stop_if_over(self.run.get("metrics_dir"), spec["budget"])
         return False
 
 

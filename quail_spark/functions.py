@@ -79,7 +79,7 @@ def install(spark, model: str = "smollm2-135m", device: str = "cpu", **engine_co
 
     conf = executor.engine_conf(model, executor.session_device(spark, device), **engine_conf)
     run = {"metrics_dir": session_dir(spark)}
-    for k, v in session_conf(model, conf["device"]).items():  # the shape the rules' cost model prices
+    for k, v in session_conf(model, conf["device"], conf).items():  # what the rules' cost model prices
         spark.conf.set(k, v)
     out = {}
     for table, deterministic in ((FUNCTIONS, True), (INTERNAL, False)):

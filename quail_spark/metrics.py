@@ -80,6 +80,10 @@ def add(total: dict, delta: dict) -> dict:
         t = total["stages"].setdefault(name, {"evaluated": 0, "passed": 0})
         t["evaluated"] += s["evaluated"]
         t["passed"] += s["passed"]
+    for op, counters in delta.get("ops", {}).items():  # per AI operator of a plan (quail_spark.operators)
+        t = total.setdefault("ops", {}).setdefault(op, {})
+        for k, v in counters.items():
+            t[k] = t.get(k, 0) + v
     return total
 
 

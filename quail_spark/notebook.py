@@ -62,7 +62,10 @@ class Explain(str):
     def _repr_html_(self) -> str:
         parts = []
         for title, lines in sections(self):
-            if title.startswith(("AI ", "SoL")):
+            if title.startswith("AI operators"):  # estimate / actual per operator (quail_spark.operators)
+                head, *rows = [[c.strip() for c in x.split(" | ")] for x in lines if x.strip()]
+                parts.append(f"<h4>{html.escape(title)}</h4>{table(rows, head)}")
+            elif title.startswith(("AI ", "SoL")):
                 rows = [[x.strip()] for x in lines if x.strip()]
                 parts.append(f"<h4>{html.escape(title)}</h4>{table(rows)}")
             else:

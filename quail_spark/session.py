@@ -63,6 +63,11 @@ class QuailSession:
         spark_text, calls = to_spark(text, dialect)
         return Query(self, self.spark.sql(spark_text), calls, spark_text)
 
+    def estimate(self, text: str, dialect: str | None = None) -> dict:
+        """What ``self.sql(text)`` would compute, without running it: a dict of rows, requested
+        and fresh tokens, seconds, and the same per AI operator (docs/estimates.md)."""
+        return self.sql(text, dialect).estimate()
+
     # ------------------------------------------------------------- DataFrame API
 
     def ai_filter(self, df, template: str, *cols: str, selectivity: float | None = None) -> "Query":
@@ -122,18 +127,25 @@ class Query:
         self._report = None
         self._wall = None
 
-    def explain(self, print_it: bool = True) -> str:
+    def explain(self, print_it: bool = True, analyze: bool = False) -> str:
         """Spark's optimized plan (with the rules' rewrites) and physical plan, then the estimates
         the plan carries: the AI filter order with ranks, the AI join anchors, their costs and
         the SoL total (the rules' cost model; document tokens from Spark's column statistics,
-        a ``tokens`` hint, or a default); runs no Spark job."""
+        a ``tokens`` hint, a bounded sample of a file source, or a default: docs/estimates.md);
+        runs no AI work. ``analyze``: runs the query and adds each AI operator's estimate beside
+        its actual (rows in and out, tokens requested and fresh, seconds)."""
         from quail_spark.cost import CONF
         from quail_spark.explain import explain_text
         from quail_spark.notebook import Explain, in_kernel
 
         conf = self.session.spark.conf
         model = f"{conf.get(CONF + 'name', self.session.model)} at {float(conf.get(CONF + 'rate', '0')) / 1e12:g} TFLOP/s"
-        text = Explain(explain_text(self._df, self.calls, model))
+        text = explain_text(self._df, self.calls, model)
+        if analyze:
+            from quail_spark.estimates import analyzed
+
+            text += "\n" + analyzed(self)
+        text = Explain(text)
         if print_it and in_kernel():
             from IPython.display import display
 
@@ -141,6 +153,13 @@ class Query:
         elif print_it:
             print(text)
         return text
+
+    def estimate(self) -> dict:
+        """The plan's estimate without running it: rows, requested and fresh tokens, seconds, per
+        operator (:func:`quail_spark.estimates.estimate`)."""
+        from quail_spark.estimates import estimate
+
+        return estimate(self._df)
 
     def to_df(self):
         """The lazy Spark DataFrame of the query."""

@@ -36,6 +36,7 @@ class StagePlan:
     progress_dir: str | None = None
     run_id: str = ""
     counters: object = None  # a Spark accumulator (CountersParam): counters of successful tasks
+    max_tokens: int = 0  # the spec's budget: the run stops once its tasks requested more (0: none)
 
 
 def enrich_task(plan: StagePlan, batches):
@@ -49,6 +50,11 @@ def enrich_task(plan: StagePlan, batches):
     for batch in batches:
         out, counts = evaluate_batch(plan, batch, attempt)
         progress.add(counts)
+        if plan.max_tokens:  # the budget: every task's newest counts, summed over the progress folder
+            from quail_spark.enrich.budget import stop_if_over
+
+            progress.flush()
+            stop_if_over(plan.progress_dir, plan.max_tokens)
         yield out
     progress.flush(final=True)
     if plan.counters is not None:

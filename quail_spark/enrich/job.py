@@ -36,6 +36,21 @@ ROWS_PER_TASK = 2000
 GPU_DEVICES = ("cuda", "gpu")
 
 
+def dry_run(spec: Spec, spark, out=None) -> dict:
+    """What ``run`` would compute (rows, columns, tokens, seconds), printed; nothing is written or locked."""
+    from quail_spark.enrich import preview
+
+    spec, inp = input_rows(spark, spec)
+    prev, state = guard.checked_previous(spark, sink_for(spec), spec.key, [])
+    work = inc.work_rows(spec, inp, prev, state).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        est = preview.estimate(spec, spark, work)
+    finally:
+        work.unpersist()
+    print(preview.text(est), file=out or sys.stdout, flush=True)
+    return est
+
+
 def read_input(spark, spec: Spec):
     """The input as a DataFrame: a Parquet / JSON lines / CSV path, or a catalog table.
 
@@ -107,6 +122,10 @@ def locked_run(spec: Spec, spark, sink, inp, keys, run_id, progress_dir, progres
     prev, state = guard.checked_previous(spark, sink, spec.key, warnings)
     work = inc.work_rows(spec, inp, prev, state).persist(StorageLevel.MEMORY_AND_DISK)
     try:
+        if spec.budget:  # refused before any AI work when the estimate exceeds it
+            from quail_spark.enrich import preview
+
+            preview.check(spec, preview.estimate(spec, spark, work))
         n_read, n_todo = work.select(F.count(F.lit(1)), F.sum(inc.needs_any(spec).cast("long"))).first()
         report = stage(spec, spark, sink, work, inp.schema, run_id, n_read, n_todo or 0,
                        progress_dir, progress_every)
@@ -182,7 +201,8 @@ def stage_plan(spec: Spec, spark, run_id: str, progress_dir: str, counters) -> S
     conf = spark.conf  # the session's conf: the context's settings and any set since
     engine = executor.engine_conf(spec.model, executor.session_device(spark, spec.device), **spec.engine)
     failures = max_task_failures(spark.sparkContext.master, conf.get("spark.task.maxFailures", "4"))
-    return StagePlan(engine, spec.key, spec.columns, failures, progress_dir, run_id, counters)
+    return StagePlan(engine, spec.key, spec.columns, failures, progress_dir, run_id, counters,
+                     max_tokens=spec.budget.get("max_tokens", 0))
 
 
 def ai_rows(spec: Spec, spark, work, input_schema, plan: StagePlan, n_todo: int):

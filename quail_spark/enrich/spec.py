@@ -26,7 +26,9 @@ KEYS = {"input": "input path (.parquet/.jsonl/.json/.csv) or catalog table",
         "key": "unique row key column", "columns": "{name: AI call expression}",
         "where": "optional SQL condition on input rows", "model": "engine model",
         "device": "'cpu', 'cuda' (the GPU Spark assigns each AI task) or 'auto'",
-        "engine": "other EngineConfig fields", "catalog": "pyiceberg catalog properties (Iceberg output)"}
+        "engine": "other EngineConfig fields", "catalog": "pyiceberg catalog properties (Iceberg output)",
+        "budget": "optional {\"max_tokens\": N}: a run estimated above N requested tokens is refused (exit 2), "
+                  "one passing N while it runs is stopped with nothing committed (exit 4)"}
 REQUIRED = ("input", "output", "key", "columns")
 # Engine settings that change results; the others (budgets, device, caches) only change speed.
 VALUE_SETTINGS = ("dtype", "on_overflow", "max_prompt_tokens", "seed", "tokenizer", "quantize")
@@ -46,6 +48,7 @@ class Spec:
     engine: dict = field(default_factory=dict)
     catalog: dict = field(default_factory=dict)
     base_dir: str = "."
+    budget: dict = field(default_factory=dict)  # {"max_tokens": N} or {}
 
     @property
     def referenced(self) -> tuple:
@@ -154,4 +157,15 @@ def parse_spec(raw, base_dir: str = ".") -> Spec:
         key = next((k for k in ("model", "device") if str(e).startswith(f"{k} ")), "engine")
         raise SpecError(f"spec key {key!r}: {e}") from None
     return Spec(raw["input"], raw["output"], raw["key"], cols, raw.get("where"), model, device,
-                engine, dict(raw.get("catalog", {})), base_dir)
+                engine, dict(raw.get("catalog", {})), base_dir, _budget(raw.get("budget")))
+
+
+def _budget(raw) -> dict:
+    """The spec's budget, checked: {} or {"max_tokens": a positive whole number}."""
+    if raw is None:
+        return {}
+    n = raw.get("max_tokens") if isinstance(raw, dict) else None
+    if not isinstance(raw, dict) or set(raw) != {"max_tokens"} or isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+        raise SpecError(f"spec key 'budget': expected {{\"max_tokens\": a positive whole number}}, got {raw!r}")
+    return {"max_tokens": n}
+

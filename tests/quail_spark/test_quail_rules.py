@@ -101,6 +101,11 @@ RUNNABLE_CASES = [  # rules that run with the optimizer rules off too (Spark alo
 @pytest.fixture(scope="module")
 def rules(spark, tables):
     quail_spark.install(spark, model="tiny-llama-random", device="cpu", kv_pool_tokens=4096)
+    from quail_spark.cost import CONF, MEASURED
+
+    spark.conf.set(CONF + "rate", "1e+11")  # the presets, not what this machine and tokenizer measured:
+    for k in MEASURED:                       # the golden figures stay put
+        spark.conf.unset(CONF + k)
     yield spark
     spark.conf.set("spark.quail.optimizer.enabled", "true")
 

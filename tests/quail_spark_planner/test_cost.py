@@ -21,12 +21,15 @@ def toy(spark):
 
     quail_spark.install(spark, model="tiny-llama-random", device="cpu")
     spark.createDataFrame([(1, "a", "b")], "id int, body string, term string").createOrReplaceTempView("toy_docs")
-    saved = {k: spark.conf.get(C.CONF + k) for k in TOY}
+    saved = {k: spark.conf.get(C.CONF + k, None) for k in (*TOY, *C.MEASURED)}
+    for k in C.MEASURED:  # the toy's preset figures only: one rate, the frame estimate
+        spark.conf.unset(C.CONF + k)
     for k, v in TOY.items():
         spark.conf.set(C.CONF + k, str(v))
     yield spark
     for k, v in saved.items():
-        spark.conf.set(C.CONF + k, v)
+        if v is not None:
+            spark.conf.set(C.CONF + k, v)
 
 
 def spec(spark, sql: str) -> dict:

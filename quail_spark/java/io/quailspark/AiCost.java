@@ -40,29 +40,43 @@ final class AiCost {
     static final double DEFAULT_SELECTIVITY = 0.5;
     static final double DEFAULT_DOC_TOKENS = 300;
     static final double DEFAULT_ROWS = 1000;      // a side whose rows Spark cannot estimate
-    static final double CHARS_PER_TOKEN = 4.0;
-    // fixed parts of a prompt in tokens (a chat template's estimate)
+    static final double CHARS_PER_TOKEN = 4.0;  // bytes per token without the installed tokenizer's figure
+    // fixed parts of a prompt in tokens without the installed tokenizer's figures (a chat template's estimate)
     static final double HEADER = 12, SEPARATOR = 2, DOC2_LABEL = 5, CUE = 6, ANSWER_IDS = 2;
 
     final String model;
-    final double nLin, layers, qHeads, headDim, hidden, rate;
+    final double nLin, layers, qHeads, headDim, hidden, rate, attnRate;
+    // the prompt frame in tokens (install() measures it with the model's tokenizer, spark.quail.model.frame_*):
+    // before the document, around a filter's question, between the anchor and the question of a join, per pair
+    final double head, ask, joinMid, joinTail;
 
-    private AiCost(String model, double nLin, double layers, double qHeads, double headDim, double hidden,
-                   double rate) {
+    private AiCost(String model, double[] shape, double[] frame) {
         this.model = model;
-        this.nLin = nLin;
-        this.layers = layers;
-        this.qHeads = qHeads;
-        this.headDim = headDim;
-        this.hidden = hidden;
-        this.rate = rate;
+        this.nLin = shape[0];
+        this.layers = shape[1];
+        this.qHeads = shape[2];
+        this.headDim = shape[3];
+        this.hidden = shape[4];
+        this.rate = shape[5];
+        this.attnRate = shape[6];
+        this.head = frame[0];
+        this.ask = frame[1];
+        this.joinMid = frame[2];
+        this.joinTail = frame[3];
     }
 
-    /** The shape of this session's engine, from spark.quail.model.* (SmolLM2-135M on a CPU by default). */
+    /**
+     * The shape of this session's engine, from spark.quail.model.* (SmolLM2-135M on a CPU by default):
+     * the rate of its linear layers and of its attention (measured by the engine where install() found
+     * the figure, else a preset) and its prompt frame.
+     */
     static AiCost session() {
+        double rate = conf("rate", 1e11);
         return new AiCost(SQLConf.get().getConfString(CONF + "name", "smollm2-135m"),
-            conf("n_lin", 106_168_320), conf("layers", 30), conf("q_heads", 9), conf("head_dim", 64),
-            conf("hidden", 576), conf("rate", 1e11));
+            new double[] {conf("n_lin", 106_168_320), conf("layers", 30), conf("q_heads", 9), conf("head_dim", 64),
+                conf("hidden", 576), rate, conf("attn_rate", rate)},
+            new double[] {conf("frame_head", HEADER), conf("frame_ask", SEPARATOR + CUE),
+                conf("frame_join_mid", SEPARATOR), conf("frame_join_tail", DOC2_LABEL + CUE)});
     }
 
     private static double conf(String key, double dflt) {
@@ -102,21 +116,21 @@ final class AiCost {
     /** {@code n} prompts with {@code cached} tokens from cache and {@code fresh} computed; {@code head} answer rows. */
     Cost prompts(double n, double cached, double fresh, double head) {
         double pairs = fresh * cached + fresh * (fresh + 1) / 2;
-        double flops = 2 * nLin * fresh + 4 * layers * qHeads * headDim * pairs + 2 * hidden * head;
-        return new Cost(n * (cached + fresh), n * fresh, n * flops / rate);
+        double seconds = (2 * nLin * fresh + 2 * hidden * head) / rate + 4 * layers * qHeads * headDim * pairs / attnRate;
+        return new Cost(n * (cached + fresh), n * fresh, n * seconds);
     }
 
     /** One row of a filter (score, classify): the document computed, or already cached in its chain. */
     Cost filter(double docTokens, double questionTokens, boolean docCached) {
-        double doc = HEADER + docTokens, ask = SEPARATOR + questionTokens + CUE;
-        return docCached ? prompts(1, doc, ask, ANSWER_IDS) : prompts(1, 0, doc + ask, ANSWER_IDS);
+        double doc = head + docTokens, question = ask + questionTokens;
+        return docCached ? prompts(1, doc, question, ANSWER_IDS) : prompts(1, 0, doc + question, ANSWER_IDS);
     }
 
     /** An AI join over anchors x partners: anchor and question once per anchor, partner and cue per pair. */
     Cost join(double anchors, double anchorTokens, double partners, double partnerTokens, double questionTokens) {
-        double prefix = HEADER + anchorTokens + SEPARATOR + questionTokens;
+        double prefix = head + anchorTokens + joinMid + questionTokens;
         Cost once = prompts(anchors, 0, prefix, 0);
-        Cost perPair = prompts(anchors * partners, prefix, DOC2_LABEL + partnerTokens + CUE, ANSWER_IDS);
+        Cost perPair = prompts(anchors * partners, prefix, joinTail + partnerTokens, ANSWER_IDS);
         return new Cost(perPair.requested, once.fresh + perPair.fresh, once.seconds + perPair.seconds);
     }
 
@@ -126,29 +140,30 @@ final class AiCost {
     }
 
     static double textTokens(String text) {
-        return Math.max(1.0, Math.ceil(text.length() / CHARS_PER_TOKEN));
+        return Math.max(1.0, Math.ceil(text.length() / bytesPerToken()));
     }
 
-    /**
-     * Rows of a plan from Spark's statistics (rowCount; a single table's ANALYZE count; else size
-     * over row width), or null when unknown: a leaf below has Spark's "no idea" size (an RDD).
-     */
+    /** Tokens per word piece ({@link AiSample#pieces}) of the installed tokenizer (install() measures it), else 1.1. */
+    static double tokensPerPiece() {
+        double t = conf("tokens_per_piece", 1.1);
+        return t > 0 ? t : 1.1;
+    }
+
+    /** UTF-8 bytes per token of the installed tokenizer on text (install() measures it), else 4. */
+    static double bytesPerToken() {
+        double b = conf("bytes_per_token", CHARS_PER_TOKEN);
+        return b > 0 ? b : CHARS_PER_TOKEN;
+    }
+
+    /** Rows of a plan (see {@link AiRows}), or null when unknown. */
     static Double rows(LogicalPlan p) {
-        Statistics s = p.stats();
-        if (s.rowCount().isDefined()) return s.rowCount().get().doubleValue();
-        List<LogicalPlan> leaves = CollectionConverters.asJava(p.collectLeaves());
-        if (leaves.size() == 1 && leaves.get(0) instanceof LogicalRelation) {  // ANALYZE TABLE's count
-            Option<CatalogTable> t = ((LogicalRelation) leaves.get(0)).catalogTable();
-            if (t.isDefined() && t.get().stats().isDefined() && t.get().stats().get().rowCount().isDefined()) {
-                return t.get().stats().get().rowCount().get().doubleValue();
-            }
-        }
-        double unknown = SQLConf.get().defaultSizeInBytes();
-        for (LogicalPlan leaf : leaves) {
-            if (leaf.stats().sizeInBytes().doubleValue() >= unknown) return null;
-        }
-        return s.sizeInBytes().doubleValue() / Math.max(1.0, EstimationUtils.getSizePerRow(p.output(),
-            EstimationUtils.getSizePerRow$default$2()).doubleValue());
+        return AiRows.of(p).rows;
+    }
+
+    /** Where {@link #rows} of a plan came from, or "default" when it is unknown. */
+    static String rowsSource(LogicalPlan p) {
+        AiRows r = AiRows.of(p);
+        return r.rows != null ? r.source : "default";
     }
 
     /** Average tokens of a column from Spark's column statistics (avgLen in bytes), or null without them. */
@@ -159,14 +174,14 @@ final class AiCost {
             if (!leaf.outputSet().contains(a)) continue;
             Option<ColumnStat> cs = leaf.stats().attributeStats().get(a);
             if (cs.isDefined() && cs.get().avgLen().isDefined()) {
-                return ((Number) cs.get().avgLen().get()).doubleValue() / CHARS_PER_TOKEN;
+                return ((Number) cs.get().avgLen().get()).doubleValue() / bytesPerToken();
             }
             if (leaf instanceof LogicalRelation) {
                 Option<CatalogTable> t = ((LogicalRelation) leaf).catalogTable();
                 if (t.isDefined() && t.get().stats().isDefined()) {
                     Option<CatalogColumnStat> c = t.get().stats().get().colStats().get(a.name());
                     if (c.isDefined() && c.get().avgLen().isDefined()) {
-                        return ((Number) c.get().avgLen().get()).doubleValue() / CHARS_PER_TOKEN;
+                        return ((Number) c.get().avgLen().get()).doubleValue() / bytesPerToken();
                     }
                 }
             }
@@ -190,7 +205,10 @@ final class AiCost {
         Double stats = statsTokens(col, plan);
         if (stats != null) return new Tokens(stats, "statistics");
         Double local = localTokens(col, plan);
-        return local != null ? new Tokens(local, "in-memory rows") : new Tokens(DEFAULT_DOC_TOKENS, "default");
+        if (local != null) return new Tokens(local, "in-memory rows");
+        AiSample.Facts f = AiSample.of(plan, col);
+        if (f != null && f.avgPieces != null) return new Tokens(Math.max(1.0, f.avgPieces * tokensPerPiece()), f.source());
+        return new Tokens(DEFAULT_DOC_TOKENS, "default");
     }
 
     /**
@@ -206,15 +224,15 @@ final class AiCost {
             int at = -1;
             for (int i = 0; i < out.size(); i++) if (out.get(i).exprId().equals(a.exprId())) at = i;
             if (at < 0) continue;
-            double bytes = 0;
+            double pieces = 0;
             int n = 0;
             for (InternalRow r : CollectionConverters.asJava(((LocalRelation) leaf).data())) {
                 if (n >= LOCAL_SAMPLE) break;
                 if (r.isNullAt(at)) continue;
-                bytes += r.getUTF8String(at).numBytes();
+                pieces += AiSample.pieces(r.getUTF8String(at).toString());
                 n++;
             }
-            return n == 0 ? null : Math.max(1.0, bytes / n / CHARS_PER_TOKEN);
+            return n == 0 ? null : Math.max(1.0, pieces / n * tokensPerPiece());
         }
         return null;
     }

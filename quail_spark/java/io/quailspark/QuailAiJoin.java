@@ -164,7 +164,7 @@ public class QuailAiJoin extends AiRule {
                 LogicalPlan side = onLeft[i] ? j.left() : j.right();
                 Double r = priced != null ? Double.valueOf(priced[1 + i]) : AiCost.rows(side);
                 rows[i] = r != null ? r : AiCost.DEFAULT_ROWS;
-                rowsSource[i] = priced != null ? "join order, survivor-thinned" : r != null ? "statistics" : "default";
+                rowsSource[i] = priced != null ? "join order, survivor-thinned" : AiCost.rowsSource(side);
                 AiCost.Tokens t = AiCost.docTokens(p.columns.get(i), side, p.tokensHint(i));
                 tokens[i] = t.tokens;
                 tokensSource[i] = t.source;

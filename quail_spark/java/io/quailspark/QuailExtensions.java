@@ -44,7 +44,8 @@ public class QuailExtensions extends AbstractFunction1<SparkSessionExtensions, B
             QuailAiJoinOrder::new,
             QuailAiJoin::new,
             QuailLocalSort::new,
-            QuailFuseCalls::new);
+            QuailFuseCalls::new,
+            s -> new QuailBudget());
 
     @Override
     public BoxedUnit apply(SparkSessionExtensions ext) {

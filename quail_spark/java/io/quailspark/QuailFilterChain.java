@@ -96,7 +96,7 @@ public class QuailFilterChain extends AiRule {
             for (AiCalls.Predicate p : members) if (hinted == null) hinted = p.tokensHint(0);
             tokens = AiCost.docTokens(doc, child, hinted);
             rows = knownRows != null ? knownRows : AiCost.DEFAULT_ROWS;
-            rowsSource = knownRows != null ? "statistics" : "default";
+            rowsSource = AiCost.rowsSource(child);
             boolean shared = members.size() > 1;  // the document's KV is computed once and kept
             List<double[]> keyed = new ArrayList<>();
             for (int i = 0; i < members.size(); i++) {

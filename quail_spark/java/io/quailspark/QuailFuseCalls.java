@@ -294,7 +294,7 @@ public class QuailFuseCalls extends AiRule {
             tokens = AiCost.docTokens(doc, child, hinted);
             Double known = AiCost.rows(child);
             rows = known != null ? known : AiCost.DEFAULT_ROWS;
-            rowsSource = known != null ? "statistics" : "default";
+            rowsSource = AiCost.rowsSource(child);
             perRow = new double[group.size()];
             for (int i = 0; i < group.size(); i++) {
                 PythonUDF call = group.get(i);

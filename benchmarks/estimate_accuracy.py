@@ -1,0 +1,62 @@
+"""How close explain's estimates come to the run: the quickstart's four queries (jobs/quickstart.py,
+40 topics, SmolLM2-135M on the CPU), in a fresh session without ANALYZE.
+
+    PYTHONPATH=. python benchmarks/estimate_accuracy.py
+
+For each query: the estimate (``q.estimate()``: requested and fresh tokens, seconds) beside the
+run's report (requested and fresh tokens, the wall of the action). The engines load (and measure
+their rates, gpu_worker/rates.py) during a warm-up query first, then the session is installed
+again so the planner reads the measured rate. Writes
+benchmarks/results/estimate_accuracy_<commit>.json and prints the table.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "jobs"))
+
+
+def main() -> None:
+    import quickstart
+
+    from quail_spark import QuailSession
+
+    spark = quickstart.spark_session()
+    quickstart.register_tables(spark)
+    QuailSession(spark, model="smollm2-135m", device="cpu").sql(  # warm-up: engines load, rates measured
+        "SELECT topic FROM topics WHERE ai_if('Is {0} short?', text)").collect(progress=False)
+    qs = QuailSession(spark, model="smollm2-135m", device="cpu")  # the planner now reads the measured rate
+    rows = []
+    for title, sql in quickstart.QUERIES:
+        q = qs.sql(sql)
+        t0 = time.time()
+        est = q.estimate()
+        plan_s = time.time() - t0
+        q.collect(progress=False)
+        r = q.report
+        rows.append({"query": title, "estimate": {k: est[k] for k in ("requested_tokens", "fresh_tokens", "seconds")},
+                     "actual": {"requested_tokens": r["requested_tokens"], "fresh_tokens": r["fresh_tokens"],
+                                "wall_s": round(r["wall_s"], 3)},
+                     "plan_s": round(plan_s, 3), "operators": est["operators"],
+                     "operator_actuals": r.get("ops", {})})
+        print(f"{title[:60]:60} requested {est['requested_tokens']:8,.0f} / {r['requested_tokens']:8,} "
+              f"({est['requested_tokens'] / max(r['requested_tokens'], 1):.2f}x)  seconds {est['seconds']:7.2f} / "
+              f"{r['wall_s']:7.2f} ({est['seconds'] / max(r['wall_s'], 1e-9):.2f}x)", flush=True)
+    conf = {k: spark.conf.get(k) for k in ("spark.quail.model.rate", "spark.quail.model.attn_rate",
+                                           "spark.quail.model.rate_source")}
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                            text=True).stdout.strip()
+    out = ROOT / "benchmarks" / "results" / f"estimate_accuracy_{commit}.json"
+    out.write_text(json.dumps({"commit": commit, "machine": "2 CPU cores (shared)", "conf": conf,
+                               "queries": rows}, indent=1))
+    print(f"wrote {out}")
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()

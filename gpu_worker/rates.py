@@ -1,0 +1,106 @@
+"""The engine's own prefill rate, measured once per (model, device, dtype) and cached.
+
+The planner prices an AI call as FLOPs over a rate (docs/architecture.md, "Speed of
+light"): ``seconds = (2 * N_lin * fresh + head) / rate + 4 * L * n_q * d * pairs / attn_rate``.
+A preset rate on a CPU is off by one or two orders of magnitude, so on its first load an
+engine times two calls of its public path (tokenization included) with the same fresh
+tokens at two prompt lengths: many short prompts, then few long ones. The difference
+of the two times is the attention term, the rest the linear one. The figures go to
+``<cache>/rates/<weights>.json`` beside the converted weights (``weights.cache_root``),
+keyed ``<device type>/<dtype>``; the driver reads them there (:func:`cached`).
+
+On SmolLM2-135M with two CPU cores the measurement takes a few tenths of a second;
+``EngineConfig(measure_rate=False)`` skips it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+SHORT, LONG, FRESH = 32, 128, 256  # prompt lengths in tokens; fresh tokens per timed call
+WORDS = ("amber", "basil", "cedar", "delta", "ember", "fjord", "gravel", "harbor", "island", "juniper",
+         "kettle", "lantern", "meadow", "nickel", "orchard", "pepper", "quarry", "river", "saddle", "timber")
+
+
+def root(explicit: str | None = None) -> Path:
+    """The cache folder (``weights.cache_root``'s, read without importing torch)."""
+    return Path(explicit or os.environ.get("QUAIL_SPARK_CACHE") or Path.home() / ".cache" / "quail_spark")
+
+
+def path(cache: Path, key: str) -> Path:
+    return cache / "rates" / f"{key}.json"
+
+
+def weights_key(model: str, folder: Path | None) -> str:
+    """The name of a model's rates file: its converted weights' folder, else the preset's name."""
+    return folder.name if folder is not None else Path(model).name
+
+
+def slot(device_type: str, dtype: str) -> str:
+    return f"{device_type}/{dtype.removeprefix('torch.')}"
+
+
+def cached(cache: Path, key: str, device_type: str, dtype: str) -> dict | None:
+    """The measured figures of ``key`` on ``device_type`` in ``dtype``, or None."""
+    try:
+        return json.loads(path(cache, key).read_text()).get(slot(device_type, dtype))
+    except (OSError, ValueError):
+        return None
+
+
+def measure(engine, cache: Path, key: str) -> dict:
+    """Time the engine at two prompt lengths (unless cached), store and return the fitted rates."""
+    device_type, dtype = engine.rt.device.type, str(engine.rt.dtype)
+    hit = cached(cache, key, device_type, dtype)
+    if hit is not None:
+        return hit
+    m = engine.model_config
+    n_lin = m.num_layers * (2 * m.hidden_size * m.num_heads * m.head_dim
+                            + 2 * m.hidden_size * m.num_kv_heads * m.head_dim + 3 * m.hidden_size * m.intermediate_size)
+    attn = 4 * m.num_layers * m.num_heads * m.head_dim
+    engine.filter([_text(8, 99)], ["Is it?"])  # warm-up: first-call set-up is not throughput
+    rows = []  # (fresh tokens, attended pairs, seconds) of a call
+    for length in (SHORT, LONG):
+        docs = [_text(length, k + length) for k in range(FRESH // length)]
+        lengths = [len(engine.render_filter(d, "Is it?")) for d in docs]
+        t0 = time.perf_counter()
+        engine.filter(docs, ["Is it?"])
+        rows.append((sum(lengths), sum(n * (n + 1) / 2 for n in lengths), time.perf_counter() - t0))
+    # t = fresh * a + pairs * b: two calls, two unknowns (b >= 0; noise can hide a small attention term)
+    (f1, p1, t1), (f2, p2, t2) = rows
+    det = f1 * p2 - f2 * p1
+    b = max((f1 * t2 - f2 * t1) / det, 0.0) if det else 0.0
+    a = max((t1 - b * p1) / f1, 1e-12)
+    rate = 2 * n_lin / a
+    fig = {"rate": rate, "attn_rate": attn / b if b > 0 else rate,
+           "tokens_per_s": [round(f / t) for f, _, t in rows], "prompt_tokens": [SHORT, LONG],
+           "threads": _threads(), "measured_s": round(sum(t for _, _, t in rows), 3)}
+    _store(cache, key, slot(device_type, dtype), fig)
+    return fig
+
+
+def _text(tokens: int, seed: int) -> str:
+    """About ``tokens`` tokens of distinct words (no prefix shared with another text)."""
+    words = [f"{WORDS[(seed * 7 + i) % len(WORDS)]}{seed}" for i in range(max(1, tokens // 3))]
+    return " ".join(words)
+
+
+def _threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
+def _store(cache: Path, key: str, slot_key: str, fig: dict) -> None:
+    p = path(cache, key)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        data = json.loads(p.read_text())
+    except (OSError, ValueError):
+        data = {}
+    data[slot_key] = fig
+    tmp = p.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+    os.replace(tmp, p)  # several workers may measure at once: each writes a whole file

@@ -1,0 +1,56 @@
+"""A query's cost before it runs, and beside what it cost after.
+
+- :func:`estimate`: the plan's AI operators with their estimated rows, tokens and
+  seconds (the rules' cost model, fed by measured inputs: docs/estimates.md), and the
+  totals; no AI work runs (the planner may read a bounded sample of a file source).
+- :func:`analyzed`: runs the query and prints each operator's estimate beside the
+  actual counters the executors wrote for it (``quail_spark.operators``).
+"""
+from __future__ import annotations
+
+from quail_spark.explain import plan_text, planned_calls
+from quail_spark.operators import analyze_table, estimated
+
+BUDGET = "spark.quail.maxTokensPerQuery"
+
+
+def estimate(df) -> dict:
+    """What the AI operators of ``df``'s plan are estimated to cost.
+
+    Returns
+    -------
+    dict
+        ``rows`` (rows out of the last operator), ``requested_tokens``, ``fresh_tokens``,
+        ``seconds`` (sums over the operators) and ``operators``: one dict per operator in
+        evaluation order (``op`` id, ``kind``, ``call``, ``rows_in``, ``rows_out``,
+        ``requested_tokens``, ``fresh_tokens``, ``seconds``).
+
+    Examples
+    --------
+    >>> est = estimate(spark.sql("SELECT id FROM notes WHERE ai_if('Is {0} rude?', body)"))  # doctest: +SKIP
+    >>> est["requested_tokens"] > 0                                                           # doctest: +SKIP
+    True
+    """
+    spark = df.sparkSession
+    limit = spark.conf.get(BUDGET, None)
+    if limit:  # the preview of a query over its budget is what it is: the rule would refuse to plan it
+        spark.conf.unset(BUDGET)
+    try:
+        ops = estimated(planned_calls(plan_text(df.select("*"))))  # a new plan, without the budget
+    finally:
+        if limit:
+            spark.conf.set(BUDGET, limit)
+    return {"rows": ops[-1]["rows_out"] if ops else None,
+            "requested_tokens": sum(o["requested_tokens"] for o in ops),
+            "fresh_tokens": sum(o["fresh_tokens"] for o in ops),
+            "seconds": sum(o["seconds"] for o in ops), "operators": ops}
+
+
+def analyzed(query) -> str:
+    """Run ``query`` (a ``QuailSession`` Query) and return each operator's estimate beside its actual."""
+    est = estimate(query.to_df())
+    query.collect(progress=False)
+    report = query.report
+    text = analyze_table(est["operators"], report.get("ops", {}))
+    return (f"{text}\n== AI run (actual) ==\n  {report.get('requested_tokens', 0):,} tokens requested, "
+            f"{report.get('fresh_tokens', 0):,} fresh; wall {report.get('wall_s', 0):.2f} s")

@@ -1,0 +1,78 @@
+"""AI operators of a plan: their estimates (from the specs the rules wrote) and their actuals.
+
+An operator is one internal call the rules planned (``quail_chain``, ``quail_join``,
+``quail_join_score``, ``quail_eval``). Its id is a hash of its spec, computed the same way
+on the driver (from the plan's text) and on the executors (from the spec the UDF
+receives), so the executors' counters, written per batch with the id
+(``quail_spark.metrics``: ``ops``), line up with the plan's estimates without any
+state on the driver. Estimates: rows in (a join's pairs), rows out (after the
+selectivities), tokens requested and fresh, seconds (the rules' cost model).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+
+KINDS = {"chain": "AI filter chain", "join": "AI join", "join_score": "AI join (scores)", "eval": "AI calls together"}
+
+
+def op_id(spec: dict) -> str:
+    """The id of an operator: a hash of its spec without the run's settings (the budget).
+
+    >>> op_id({"calls": [], "budget": {"max_tokens": 5}}) == op_id({"calls": []})
+    True
+    """
+    plain = {k: v for k, v in spec.items() if k != "budget"}
+    return hashlib.sha1(json.dumps(plain, sort_keys=True).encode()).hexdigest()[:10]
+
+
+def estimated(planned) -> list:
+    """One dict per priced operator of ``planned`` (``explain.planned_calls``), in evaluation order."""
+    out = []
+    for kind, spec in planned:
+        if kind not in KINDS or "cost" not in spec:
+            continue
+        rows_in, rows_out, label = _rows(kind, spec)
+        c = spec["cost"]
+        out.append({"op": op_id(spec), "kind": KINDS[kind], "call": label, "rows_in": rows_in, "rows_out": rows_out,
+                    "requested_tokens": c["requested"], "fresh_tokens": c["fresh"], "seconds": c["seconds"]})
+    return out
+
+
+def _rows(kind: str, spec: dict) -> tuple:
+    if kind == "chain":
+        rows, kept = spec["rows"], spec["rows"]
+        for c in spec["calls"]:
+            kept *= c["selectivity"]
+        return rows, kept, " AND ".join(f"ai_if({c['template']!r})" for c in spec["calls"])
+    if kind == "eval":
+        return spec["rows"], spec["rows"], ", ".join(f"{c['fn']}({c['template']!r})" for c in spec["calls"])
+    sides = spec["sides"]
+    pairs = spec.get("pairs") or sides[0]["rows"] * sides[-1]["rows"]
+    label = f"ai_if({spec['template']!r}, {', '.join(s['column'] for s in sides)})"
+    return pairs, pairs * spec.get("selectivity", 0.5), label
+
+
+def actual_line(spec: dict, rows: int, passed: int, delta: dict, seconds: float) -> dict:
+    """The per-operator counters of one batch, for the metrics line (``metrics.add`` sums them)."""
+    return {op_id(spec): {"batches": 1, "rows_in": rows, "rows_out": passed, "requested_tokens": delta.get("requested_tokens", 0),
+                 "fresh_tokens": delta.get("fresh_tokens", 0), "seconds": seconds}}
+
+
+def analyze_table(estimates: list, actuals: dict) -> str:
+    """Each operator's estimate beside its actual (``actuals``: op id -> counters of the run), one
+    line per operator, cells ``estimate / actual`` separated by `` | ``."""
+    cols = ("rows_in", "rows_out", "requested_tokens", "fresh_tokens", "seconds")
+    out = ["== AI operators: estimate / actual ==",
+           "  operator | rows in | rows out | tokens requested | tokens fresh | seconds | call"]
+    for e in estimates:
+        a = actuals.get(e["op"], {})
+        cells = [f"{e['kind']} {e['op']}"] + [_pair(e[k], a.get(k)) for k in cols] + [e["call"]]
+        out.append("  " + " | ".join(cells))
+    return "\n".join(out)
+
+
+def _pair(est, act) -> str:
+    def f(x):
+        return "-" if x is None else f"{x:,.0f}" if abs(x) >= 10 else f"{x:.3g}"
+    return f"{f(est)} / {f(act)}"

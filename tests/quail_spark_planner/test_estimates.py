@@ -1,0 +1,121 @@
+"""Estimates a user can trust: planner inputs measured on a bounded sample of a file source read without
+ANALYZE, the prompt frame counted by the model's tokenizer, the engine's measured rates; explain(analyze=True)
+beside the run's actuals; qs.estimate; the per-query token budget (refused before work, stopped while running).
+Tiny random model (the SmolLM2 tokenizer: token counts are real, answers are not)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from quail_spark import QuailSession
+from quail_spark.explain import planned_calls, plan_text
+
+WORDS = "the parcel arrived late and the box was torn open on one side".split()
+
+
+def _text(i: int) -> str:
+    n = 8 + (i * 7) % 40  # 8 to 47 words: a real spread of lengths
+    return " ".join(WORDS[(i + k) % len(WORDS)] for k in range(n)) + f" (note {i})."
+
+
+@pytest.fixture(scope="module")
+def qs(spark, tmp_path_factory):
+    d = tmp_path_factory.mktemp("estimates")
+    notes = [(i, _text(i), "a" if i % 3 == 0 else "b") for i in range(60)]
+    spark.createDataFrame(notes, "id int, body string, kind string").coalesce(1).write.parquet(str(d / "notes"))
+    spark.createDataFrame([(i, t) for i, t in enumerate(["late", "torn", "box"])], "tid int, term string") \
+        .coalesce(1).write.parquet(str(d / "terms"))
+    spark.read.parquet(str(d / "notes")).createOrReplaceTempView("est_notes")
+    spark.read.parquet(str(d / "terms")).createOrReplaceTempView("est_terms")
+    session = QuailSession(spark, model="tiny-llama-random", device="cpu", kv_pool_tokens=8192)
+    yield session
+    spark.conf.unset("spark.quail.maxTokensPerQuery")
+
+
+FILTER = "SELECT id FROM est_notes WHERE kind = 'a' AND ai_if('Is {0} about a delivery?', body)"
+
+
+def _spec(spark, sql: str, kind: str) -> dict:
+    return next(s for k, s in planned_calls(plan_text(spark.sql(sql))) if k == kind)
+
+
+def test_rows_and_document_lengths_come_from_a_sample_of_the_file(qs):
+    spec = _spec(qs.spark, FILTER, "chain")
+    assert spec["rows"] == 20  # 60 rows in the file (fewer than the sample's limit: exact), kind = 'a' keeps 20
+    assert spec["rows_source"].startswith("sample of 60 rows") and spec["tokens_source"].startswith("sample of 60 rows")
+    from gpu_worker import weights
+
+    t = weights.load_tokenizer(weights.resolve("tiny-llama-random"))  # the tokenizer's count of the kept rows
+    true = [len(t.encode(_text(i), add_special_tokens=False)) for i in range(0, 60, 3)]
+    assert spec["doc_tokens"] == pytest.approx(sum(true) / len(true), rel=0.25)
+
+
+def test_a_second_plan_reads_the_cached_sample(qs):
+    _spec(qs.spark, FILTER, "chain")
+    assert _spec(qs.spark, FILTER, "chain")["rows_source"] == "sample of 60 rows, cached"
+
+
+def test_requested_tokens_are_within_one_and_a_half_times_the_run(qs):
+    q = qs.sql(FILTER)
+    est = q.estimate()
+    q.collect(progress=False)
+    ratio = est["requested_tokens"] / q.report["requested_tokens"]
+    assert 1 / 1.5 <= ratio <= 1.5, (est, q.report)
+
+
+def test_the_long_side_anchors_a_join_written_short_side_first(qs):
+    spec = _spec(qs.spark, "SELECT n.id, t.tid FROM est_notes n JOIN est_terms t "
+                           "ON ai_if('Is {0} mentioned in {1}?', t.term, n.body)", "join")
+    assert spec["anchor"] == "n.body" and spec["why"] == "cost model"
+    assert {s["column"]: s["rows"] for s in spec["sides"]} == {"t.term": 3, "n.body": 60}
+
+
+def test_explain_analyze_prints_each_operator_beside_its_actual(qs):
+    q = qs.sql(FILTER)
+    text = q.explain(print_it=False, analyze=True)
+    (op,) = q.estimate()["operators"]
+    actual = q.report["ops"][op["op"]]
+    assert actual["rows_in"] == 20 and actual["requested_tokens"] > 0
+    line = next(x for x in text.splitlines() if op["op"] in x and " | " in x)
+    assert f"20 / {actual['rows_in']}" in line and f"/ {actual['requested_tokens']:,}" in line
+
+
+def test_a_query_over_its_budget_is_refused_before_any_ai_work(qs):
+    import quail_spark
+
+    est = qs.estimate(FILTER)
+    before = quail_spark.metrics(qs.spark)["requested_tokens"]
+    qs.spark.conf.set("spark.quail.maxTokensPerQuery", str(int(est["requested_tokens"] / 2)))
+    try:
+        with pytest.raises(Exception, match=r"estimated to request [\d,]+ tokens, more than "
+                                            r"spark.quail.maxTokensPerQuery="):
+            qs.sql(FILTER).collect(progress=False)
+    finally:
+        qs.spark.conf.unset("spark.quail.maxTokensPerQuery")
+    assert quail_spark.metrics(qs.spark)["requested_tokens"] == before
+
+
+def test_a_query_passing_its_budget_while_running_is_stopped(qs):
+    # a tokens hint far below the truth: the estimate fits the budget, the run does not
+    sql = "SELECT id FROM est_notes WHERE ai_if('Is {0} torn?', body, map('tokens', 1))"
+    est = qs.estimate(sql)
+    qs.spark.conf.set("spark.quail.maxTokensPerQuery", str(int(est["requested_tokens"] * 1.2) + 1))
+    try:
+        with pytest.raises(Exception, match=r"the query was stopped: its AI operators requested [\d,]+ tokens"):
+            qs.sql(sql).collect(progress=False)
+    finally:
+        qs.spark.conf.unset("spark.quail.maxTokensPerQuery")
+
+
+def test_the_engine_measures_its_rates_once_and_caches_them(tmp_path):
+    from gpu_worker import Engine, EngineConfig, rates, weights
+
+    cfg = EngineConfig(model="tiny-llama-random", device="cpu", kv_pool_tokens=2048, cache_dir=str(tmp_path),
+                       tokenizer=str(weights.resolve("smollm2-135m").tokenizer_folder))
+    Engine(cfg)
+    fig = rates.cached(tmp_path, "tiny-llama-random", "cpu", "float32")
+    assert fig["rate"] > 0 and fig["attn_rate"] > 0 and len(fig["tokens_per_s"]) == 2
+    stored = json.loads(rates.path(tmp_path, "tiny-llama-random").read_text())
+    Engine(cfg)
+    assert json.loads(rates.path(tmp_path, "tiny-llama-random").read_text()) == stored  # read, not measured again
