@@ -185,16 +185,37 @@ def _ai_call(node, name: str) -> Call:
         labels = tuple(_label(i, v, labels) for i, v in enumerate(labels.expressions, 1))
     text, args = _template(pos, name, node)
     hints = _hints(hints)
-    tables = [a.table if isinstance(a, exp.Column) else "" for a in args]
-    anchor = dict(hints).get("anchor")
-    if anchor is not None and any(tables) and anchor not in tables:
-        raise HintError("anchor", f"expected one of the template's tables {sorted(set(tables) - {''})}, "
-                                  f"got {anchor!r}")
-    position = tables.index(anchor) if anchor in tables and len(args) == 2 else None
+    position = _anchor_position(dict(hints).get("anchor"), args)
     try:
         return Call.of(name, text, tuple(a.sql(dialect="spark") for a in args), labels or (), hints, position)
     except ValueError as e:
         raise TemplateError(text, str(e)) from None
+
+
+def _anchor_position(anchor, args) -> int | None:
+    """The argument the ``anchor`` hint of a two-column call names, as Spark's analysis rule
+    (QuailAnchorHint) reads it: the one argument with a column of that table alias or that name,
+    expression arguments included (``x.title || ': ' || x.body`` is table x's). Calls of other
+    sizes keep the hint as written. An anchor that names both arguments, or none when every
+    column is qualified (so no table is left to resolve it), is refused as Spark refuses it.
+
+    >>> from sqlglot import parse_one
+    >>> _anchor_position('body', [parse_one("t.term"), parse_one("n.body")])
+    1
+    """
+    if anchor is None or len(args) != 2:
+        return None
+    key = str(anchor).lower()
+    cols = [list(a.find_all(exp.Column)) for a in args]
+    hits = [i for i, cs in enumerate(cols) if any(key in (c.name.lower(), c.table.lower()) for c in cs)]
+    if len(hits) == 1:
+        return hits[0]
+    if hits or all(c.table for cs in cols for c in cs):
+        tables = sorted({c.table for cs in cols for c in cs} - {""})
+        what = "names more than one of" if hits else "names none of"
+        raise HintError("anchor", f"{anchor!r} {what} the columns {[a.sql() for a in args]}; expected a table "
+                                  f"alias of the template's tables {tables} or a column name of exactly one")
+    return None  # unqualified columns: Spark resolves their tables
 
 
 def _template(pos, name, node) -> tuple[str, list]:

@@ -18,6 +18,7 @@ silent fall-back to the CPU ('auto' falls back).
 """
 from __future__ import annotations
 
+import math
 import operator
 import os
 import re
@@ -176,6 +177,16 @@ def udf_chain(conf, run, spec, doc):
 _SCORE_OPS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}  # a join spec's score_bounds
 
 
+def spark_order(x: float) -> tuple:
+    """A double's place in Spark SQL's order, for comparisons the rules move out of Spark: NaN above every
+    double (+Infinity included) and equal to NaN; -0.0 equals 0.0.
+
+    >>> spark_order(float("nan")) > spark_order(float("inf")), spark_order(float("nan")) == spark_order(float("nan"))
+    (True, True)
+    """
+    return (1, 0.0) if math.isnan(x) else (0, x)
+
+
 def udf_join(conf, run, spec, *cols):
     """Arrow UDF body of the internal ``quail_join(spec, col0, col1[, ...])`` made by the join rule.
 
@@ -189,8 +200,8 @@ def udf_join(conf, run, spec, *cols):
     s, got = _join_answers(conf, run, "quail_join", spec, cols)
     bounds = s.get("score_bounds")
     if bounds is not None:
-        tests = [(_SCORE_OPS[op], float(x)) for op, x in bounds]
-        got = [None if v is None else all(compare(v, x) for compare, x in tests) for v in got]
+        tests = [(_SCORE_OPS[op], spark_order(float(x))) for op, x in bounds]
+        got = [None if v is None else all(compare(spark_order(v), x) for compare, x in tests) for v in got]
     return pa.array(got, pa.bool_())
 
 
@@ -222,7 +233,7 @@ def _join_answers(conf, run, name: str, spec, cols) -> tuple[dict, list]:
 def udf_match(conf, run, spec, *cols):
     """Arrow UDF body of the internal ``quail_match(spec, col0s, col1s[, ...])`` of outer, semi and anti AI joins.
 
-    ``spec`` is JSON ``{"template": ..., "anchor_arg": ...}`` (as quail_join's), or ``{"template_arg": true}``
+    ``spec`` is JSON ``{"template": ..., "anchor_arg": ...}`` (as quail_join's), or ``{"template_arg": true, "anchor_arg": ...}``
     when the first column holds each pair's template (read from a column); each column is, per preserved row, the list
     of the call's argument values over that row's partner rows (equal lengths). Returns
     per row the list of the answers of ``ai_if(template, col0, col1, ...)`` on each pair
@@ -246,7 +257,7 @@ def udf_match(conf, run, spec, *cols):
     kind = s.get("kind", "if")
     fn = f"ai_{kind} (outer, semi or anti AI join, quail_match)"
     if s.get("template_arg"):  # each pair's template comes first: the pairs read as a call's rows
-        got = _per_template(conf, run, kind, flat, shown_as=fn)
+        got = _per_template(conf, run, kind, flat, shown_as=fn, anchor=s.get("anchor_arg"))
     else:
         call = Call(kind, s["template"], len(cols), anchor=s.get("anchor_arg"))
         pairs = list(range(len(flat[0])))
@@ -300,29 +311,32 @@ EVAL_FIELDS = (("flags", "if", pa.bool_()), ("scores", "score", pa.float64()), (
 EVAL_TYPE = "struct<flags: array<boolean>, scores: array<double>, labels: array<string>>"
 
 
-def _per_template(conf, run, kind: str, args, shown_as: str | None = None) -> list:
+def _per_template(conf, run, kind: str, args, shown_as: str | None = None, anchor: int | None = None) -> list:
     """Per row, the answer of ``ai_<kind>(*args)``, rows grouped by template; ``shown_as`` names the call
-    in errors (default ``ai_<kind>``)."""
+    in errors (default ``ai_<kind>``); ``anchor``: the column placed first when ``args`` carry no hint (a
+    quail_match's pairs; else the hint's ``anchor_arg``)."""
     from gpu_worker.ai_calls import evaluate
 
     out = [None] * len(args[0]) if args else []
     fn = f"ai_{kind}"
     shown = shown_as or fn
     with _metered(conf, run) as eng:
-        for call, rows, values in _parsed(fn, args, shown):
+        for call, rows, values in _parsed(fn, args, shown, anchor):
             got = evaluate(eng, call, values, where=_where(shown, rows, call.n_cols, values))
             for r, x in zip(rows, got):
                 out[r] = x
     return out
 
 
-def _parsed(fn: str, args, shown_as: str | None = None) -> list:
+def _parsed(fn: str, args, shown_as: str | None = None, anchor: int | None = None) -> list:
     """The calls of one AI function's Arrow arguments: (Call, rows, column values of those rows)
-    per distinct template (and labels); ``shown_as`` names the call in errors (default ``fn``)."""
+    per distinct template (and labels); ``shown_as`` names the call in errors (default ``fn``);
+    ``anchor`` places that column first when the arguments carry no ``anchor_arg`` hint."""
     from gpu_worker.ai_calls import is_null
 
     kind = _KINDS[fn]
-    anchor = _anchor_arg(args) if kind != "classify" else None
+    if kind != "classify" and _anchor_arg(args) is not None:
+        anchor = _anchor_arg(args)
     args = _strip_hint(args)
     labels = [()] * (len(args[0]) if args else 0)
     if kind == "classify":

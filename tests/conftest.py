@@ -84,3 +84,10 @@ def spark():
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+def pytest_addoption(parser):
+    parser.addoption("--seeds", type=int, default=None,
+                     help="tests/differential: check this many seeds (queries of each: --queries) instead of the "
+                          "fixed small set")
+    parser.addoption("--queries", type=int, default=None, help="tests/differential: queries per seed")

@@ -142,19 +142,29 @@ final class PartnerMatch {
         LogicalPlan withParts = project(preserved, List.of(thinned), joined);
         Attribute partsAttr = thinned.toAttribute();
 
-        // one quail_match per AI call: its answer on every (row, partner) pair
+        // one quail_match per AI call: its answer on every (row, partner) pair; a call whose argument
+        // holds another AI call (CASE WHEN ai_if(...) THEN ...) is evaluated after it, reading its answers
+        List<PythonUDF> ordered = new ArrayList<>();
         List<Alias> answers = new ArrayList<>();
-        for (PythonUDF call : calls) {
-            Expression m = matchCall(session, call, partsAttr, q, struct.dataType());
-            if (m == null) return null;
-            answers.add(alias(m, "quail_match" + answers.size()));
+        List<NamedExpression> carried = new ArrayList<>(List.of(partsAttr));
+        LogicalPlan evaluated = withParts;
+        for (List<PythonUDF> layer : layers(calls)) {
+            List<Alias> here = new ArrayList<>();
+            for (PythonUDF call : layer) {
+                Expression m = matchCall(session, call, partsAttr, q, struct.dataType(), ordered, answers);
+                if (m == null) return null;
+                here.add(alias(m, "quail_match" + (answers.size() + here.size())));
+            }
+            evaluated = project(preserved, concat(carried, here), evaluated);
+            for (Alias a : here) carried.add(a.toAttribute());
+            ordered.addAll(layer);
+            answers.addAll(here);
         }
-        LogicalPlan evaluated = project(preserved, concat(List.of(partsAttr), answers), withParts);
+        calls = ordered;
 
         // matched = the partners for which the whole AI condition is TRUE
         Expression aiCond = AiCalls.and(ai);
-        NamedLambdaVariable index = new NamedLambdaVariable("i", IntegerType$.MODULE$, false,
-            NamedExpression$.MODULE$.newExprId(), new java.util.concurrent.atomic.AtomicReference<>());
+        NamedLambdaVariable index = index();
         Expression byPair = replaceCalls(aiCond, calls, answers, index);
         Expression matchedExpr = new ArrayFilter(partsAttr, lambda(byPair, q, struct.dataType(), index));
         Alias matched = alias(matchedExpr, "quail_matched");
@@ -200,29 +210,73 @@ final class PartnerMatch {
     }
 
     /**
+     * The calls in layers: each call after the AI calls its arguments hold (the first layer holds none),
+     * so a call's arguments read the answers of earlier layers; one layer when nothing is nested.
+     */
+    private static List<List<PythonUDF>> layers(List<PythonUDF> calls) {
+        List<List<PythonUDF>> out = new ArrayList<>();
+        List<PythonUDF> left = new ArrayList<>(calls), done = new ArrayList<>();
+        while (!left.isEmpty()) {
+            List<PythonUDF> ready = new ArrayList<>();
+            for (PythonUDF c : left) {
+                if (nested(c).stream().allMatch(n -> done.stream().anyMatch(d -> AiCalls.same(d, n)))) ready.add(c);
+            }
+            left.removeAll(ready);
+            done.addAll(ready);
+            out.add(ready);
+        }
+        return out;
+    }
+
+    /** The AI calls inside the arguments of {@code call}. */
+    private static List<Expression> nested(PythonUDF call) {
+        List<Expression> out = new ArrayList<>();
+        for (Expression arg : CollectionConverters.asJava(call.children())) {
+            arg.foreach(new scala.runtime.AbstractFunction1<Expression, scala.runtime.BoxedUnit>() {
+                @Override
+                public scala.runtime.BoxedUnit apply(Expression x) {
+                    if (AiCalls.isAi(x)) out.add(x);
+                    return scala.runtime.BoxedUnit.UNIT;
+                }
+            });
+        }
+        return out;
+    }
+
+    private static NamedLambdaVariable index() {
+        return new NamedLambdaVariable("i", IntegerType$.MODULE$, false, NamedExpression$.MODULE$.newExprId(),
+            new java.util.concurrent.atomic.AtomicReference<>());
+    }
+
+    /**
      * quail_match(spec, transform(parts, x -&gt; col0), ...): the call's answer per partner, as an array
      * (quail_match_score: an ai_score call's scores, which the condition then compares as written).
+     * An AI call inside an argument is read from its answers ({@code done}, {@code answers}) at the
+     * partner's index: {@code transform(parts, (x, i) -> CASE WHEN m0[i] THEN x.c1 END)}.
      */
     private static Expression matchCall(SparkSession session, PythonUDF call, Attribute parts, List<Attribute> q,
-                                        DataType elem) {
+                                        DataType elem, List<PythonUDF> done, List<Alias> answers) {
         boolean score = AiCalls.isScore(call);
         AiCalls.Predicate p = score ? AiCalls.score(call) : AiCalls.predicate(call);
         String kind = score ? ", \"kind\": \"score\"" : "";
         List<Expression> cols;
         String spec;
+        Double anchorArg = AiCalls.number(AiCalls.hintsOf(call).get(QuailAnchorHint.FIELD));
+        String anchor = anchorArg == null ? "" : ", \"anchor_arg\": " + anchorArg.intValue();
         if (p == null) {  // each row's template, read from a column: one more per-pair list, first
             cols = AiCalls.rowTemplate(call);
-            spec = "{\"template_arg\": true" + kind + "}";
+            spec = "{\"template_arg\": true" + anchor + kind + "}";
         } else {
             cols = p.columns;
-            String anchor = p.anchorArg() == null ? "" : ", \"anchor_arg\": " + p.anchorArg();
             spec = "{\"template\": " + AiCalls.json(p.template) + anchor + kind + "}";
         }
         List<Expression> args = new ArrayList<>();
         args.add(AiCalls.literal(spec));
         for (Expression col : cols) {
             if (!(col.dataType() instanceof StringType)) return null;
-            args.add(new ArrayTransform(parts, lambda(col, q, elem, null)));
+            NamedLambdaVariable i = AiCalls.containsAi(col) ? index() : null;
+            Expression body = i == null ? col : replaceCalls(col, done, answers, i);
+            args.add(new ArrayTransform(parts, lambda(body, q, elem, i)));
         }
         return AiCalls.call(session, score ? AiCalls.MATCH_SCORE : AiCalls.MATCH, args);
     }

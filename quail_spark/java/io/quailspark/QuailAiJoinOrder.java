@@ -47,7 +47,8 @@ import scala.jdk.javaapi.CollectionConverters;
  * priced pairs and live documents as {@code join_priced}, which QuailAiJoin prices the
  * join with (so the joins' costs add up to the chosen order's); a tree whose predicates
  * carry it is left as it is (the rule is idempotent). Trees with a relational condition
- * between two tables, join hints, or an AI predicate over three tables are Spark's to order.
+ * between two tables, join hints, or an AI predicate over three tables or with a column
+ * argument over two tables ({@code x.title || z.label}) are Spark's to order.
  * Rows are those of an inner join whatever the order; a Project restores the column order.
  */
 public class QuailAiJoinOrder extends AiRule {
@@ -79,8 +80,9 @@ public class QuailAiJoinOrder extends AiRule {
                     same.also.add(c);
                     continue;
                 }
-                edges.add(new Edge(model, ai, c, tables));
-                if (edges.get(edges.size() - 1).side == null) return p;
+                Edge edge = new Edge(model, ai, c, tables);
+                if (edge.side[0] < 0 || edge.side[1] < 0) return p;  // a column over two tables: Spark's order
+                edges.add(edge);
             } else if (refs.length <= 1 && !AiCalls.containsAi(c)) {
                 local.add(c);
             } else {

@@ -1,0 +1,78 @@
+"""One query checked: the oracle's rows against every path's; a failing query shrunk to a minimal one.
+
+Outcomes: ``agreed``; ``refused`` (by every path and the oracle: counted with the reasons, Spark's
+own or ours); ``tie`` (a path differs but the oracle used a margin within 1e-4 of its boundary);
+``known`` (a failure of an entry of known.py); ``wrong`` (a new failure: a path's rows differ from
+the oracle's, or one side refused what another ran)."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from .known import known
+from .paths import first_line, same, whose
+from .query import Query, smaller
+
+
+@dataclass
+class Outcome:
+    kind: str
+    failures: dict = field(default_factory=dict)  # path -> what went wrong
+    reasons: tuple = ()  # refused by all: (source, text) per path
+
+    def message(self, q: Query) -> str:
+        lines = [f"{self.kind}: {q.text('spark')}", f"  shape: {sorted(q.shape)}"]
+        lines += [f"  {path}: {what}" for path, what in sorted(self.failures.items())]
+        return "\n".join(lines)
+
+
+def check(oracle, paths, q: Query) -> Outcome:
+    try:
+        want = oracle.rows(q.text("lite"), q.bounds)
+        from .paths import multiset
+
+        want = multiset(want)
+    except Exception as e:  # noqa: BLE001 - the oracle's refusal is compared with the paths'
+        want = "sqlite: " + first_line(e)
+    got = paths.run(q)
+    near = oracle.near
+    if isinstance(want, str) and all(isinstance(v, str) for v in got.values()):
+        return Outcome("refused", reasons=tuple((p, whose(v), v) for p, v in got.items()) + (("oracle", "sqlite", want),))
+    failures = {}
+    for path, rows in got.items():
+        if isinstance(want, str):
+            if not isinstance(rows, str):  # a path that refused too agrees with the oracle
+                failures[path] = f"the oracle refused ({want}) what this path ran: {_show(rows)}"
+        elif isinstance(rows, str):
+            failures[path] = f"refused ({whose(rows)}): {rows}; the oracle gave {_show(want)}"
+        elif not same(rows, want, q.counts_only):
+            failures[path] = f"gave {_show(rows)}; the oracle gave {_show(want)}"
+    if not failures:
+        return Outcome("agreed")
+    if near and not isinstance(want, str) and all(not isinstance(got[p], str) for p in failures):
+        return Outcome("tie", failures)
+    name = known(q.shape, failures)
+    return Outcome("known:" + name if name else "wrong", failures)
+
+
+def _show(rows) -> str:
+    if isinstance(rows, str):
+        return rows
+    return str(sorted(rows.elements(), key=str))[:600]
+
+
+def shrink(oracle, paths, q: Query, out: Outcome, budget_s: float = 240.0) -> tuple[Query, Outcome]:
+    """The smallest query (one element dropped at a time) that still fails the same way (same kind,
+    a failure on one of the same paths), within ``budget_s`` seconds."""
+    end = time.monotonic() + budget_s
+    progress = True
+    while progress and time.monotonic() < end:
+        progress = False
+        for c in smaller(q):
+            if time.monotonic() > end:
+                break
+            got = check(oracle, paths, c)
+            if got.kind == out.kind and set(got.failures) & set(out.failures):
+                q, out, progress = c, got, True
+                break
+    return q, out

@@ -1,0 +1,109 @@
+"""Long differential runs: ``python -m tests.differential.run --seeds 5 --queries 400``.
+
+Generates ``--queries`` queries per seed (seeds 0..N-1, or ``--first``), checks each on every path
+against the SQLite oracle, shrinks each new failure, and prints the counts: agreed, wrong, known,
+refused by all (with reasons, Spark's own or ours), ties; then each new failure's minimal query."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections import Counter
+
+
+def session():
+    """A local[2] SparkSession with the quail-spark extension (the test suite's settings)."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("QUAIL_CPU_KV_POOL_MIB", "256")
+    import quail_spark
+    from pyspark.sql import SparkSession
+
+    conf = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false", "spark.sql.shuffle.partitions": "2",
+            "spark.sql.execution.arrow.maxRecordsPerBatch": "4", "spark.python.worker.reuse": "true",
+            **quail_spark.spark_conf()}
+    builder = SparkSession.builder.master("local[2]").appName("quail-differential")
+    for k, v in conf.items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("OFF")
+    return spark
+
+
+class Tally:
+    """Counts per outcome, refusal reasons, and the new failures' minimal queries."""
+
+    def __init__(self):
+        self.kinds, self.reasons, self.failures, self.seen = Counter(), Counter(), [], set()
+
+    def add(self, oracle, paths, q, out, shrink_s: float) -> None:
+        from .check import shrink
+
+        self.kinds[out.kind.split(":")[0] if out.kind.startswith("known") else out.kind] += 1
+        if out.kind.startswith("known"):
+            self.kinds[out.kind] += 1
+        for path, source, text in out.reasons:
+            self.reasons[(path, source, text[:160])] += 1
+        if out.kind != "wrong":
+            return
+        # one shrink per way of failing: the paths, and a refusal's text or "rows"
+        key = tuple((p, w[:90] if w.startswith("refused") else "rows") for p, w in sorted(out.failures.items()))
+        if key in self.seen or shrink_s <= 0:
+            self.failures.append(out.message(q))
+        else:
+            self.seen.add(key)
+            small, got = shrink(oracle, paths, q, out, shrink_s)
+            self.failures.append("minimal " + got.message(small) + "\n  generated: " + q.text("spark"))
+        print(self.failures[-1], flush=True)
+
+    def report(self) -> str:
+        from .known import KNOWN
+
+        lines = ["counts: " + ", ".join(f"{k}={v}" for k, v in sorted(self.kinds.items()))]
+        unmatched = [n for n in KNOWN if self.kinds[f"known:{n}"] == 0]
+        lines.append(f"known-failure entries no query matched: {unmatched}")
+        lines += [f"refused by all: {n} x {path} ({source}): {text}" for (path, source, text), n in
+                  sorted(self.reasons.items(), key=lambda x: -x[1])[:40]]
+        lines += ["", f"{len(self.failures)} new failures:"] + self.failures
+        return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--first", type=int, default=0, help="the first seed")
+    ap.add_argument("--queries", type=int, default=400, help="queries per seed")
+    ap.add_argument("--verbose", action="store_true", help="one line per query")
+    ap.add_argument("--shrink-seconds", type=float, default=180.0, help="per new failure (0: no shrinking)")
+    args = ap.parse_args(argv)
+    from gpu_worker import Engine, EngineConfig
+
+    from .check import check
+    from .grammar import Gen
+    from .oracle import Oracle
+    from .paths import Paths
+
+    spark = session()
+    oracle, paths, tally = Oracle(Engine(EngineConfig(model="tiny-llama-random", device="cpu"))), Paths(spark), Tally()
+    start, done = time.monotonic(), 0
+    gens = {seed: Gen(seed) for seed in range(args.first, args.first + args.seeds)}
+    try:
+        for i in range(args.queries):  # the seeds in turn, so that a run stopped early covers each
+            for seed, gen in gens.items():
+                q, t0 = gen.query(), time.monotonic()
+                out = check(oracle, paths, q)
+                if args.verbose:
+                    print(f"seed {seed} query {i}: {out.kind} ({time.monotonic() - t0:.1f} s)", flush=True)
+                tally.add(oracle, paths, q, out, args.shrink_seconds)
+                done += 1
+                if done % 25 == 0:
+                    print(f"{done} queries, {time.monotonic() - start:.0f} s, {dict(tally.kinds)}", flush=True)
+    except KeyboardInterrupt:
+        print(f"stopped after {done} queries", flush=True)
+    print(tally.report(), flush=True)
+    return 1 if tally.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
