@@ -137,7 +137,7 @@ class Call:
     @property
     def result_type(self) -> str:
         """Spark SQL type of the result; an extract call's is its schema's struct (``struct<name:string>``)."""
-        return _ddl(json.loads(self.schema)) if self.kind == "extract" else RESULT_TYPES[self.kind]
+        return type_ddl(json.loads(self.schema)) if self.kind == "extract" else RESULT_TYPES[self.kind]
 
     @property
     def fields(self) -> dict:
@@ -391,12 +391,12 @@ def as_json(result) -> str | None:
 _DDL = {"integer": "int", "long": "bigint", "short": "smallint", "byte": "tinyint"}
 
 
-def _ddl(t) -> str:
+def type_ddl(t) -> str:
     """Spark's DDL of a type given in Spark's JSON form (``{"type": "struct", ...}`` -> ``struct<a:int>``)."""
     if isinstance(t, str):
         return _DDL.get(t, t)
     if t["type"] == "array":
-        return f"array<{_ddl(t['elementType'])}>"
+        return f"array<{type_ddl(t['elementType'])}>"
     if t["type"] == "map":
-        return f"map<{_ddl(t['keyType'])},{_ddl(t['valueType'])}>"
-    return "struct<" + ",".join(f"`{f['name']}`:{_ddl(f['type'])}" for f in t["fields"]) + ">"
+        return f"map<{type_ddl(t['keyType'])},{type_ddl(t['valueType'])}>"
+    return "struct<" + ",".join(f"`{f['name']}`:{type_ddl(f['type'])}" for f in t["fields"]) + ">"
