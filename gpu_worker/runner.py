@@ -96,8 +96,9 @@ class ModelRunner:
             return xs
         return to_device_aligned(xs, self.device)
 
-    def run(self, jobs: list[Job]) -> "Launched":
-        """Launch one pass; its answer-row logits come back through `Launched.wait`.
+    def run(self, jobs: list[Job], full: bool = False) -> "Launched":
+        """Launch one pass; its answer-row logits (full: whole-vocabulary logits) come back through
+        `Launched.wait`.
 
         Nothing here waits for the device: the caller reads the logits later,
         after it has prepared and launched the next pass. On a GPU the logits
@@ -108,7 +109,7 @@ class ModelRunner:
         ids, pos, meta, requests = self.build(jobs)
         if hasattr(self.ops, "prepare_meta"):
             self.ops.prepare_meta(meta, self.device)
-        logits = self.model(ids, pos, meta, self.kv, self.ops)
+        logits = self.model(ids, pos, meta, self.kv, self.ops, full=full)
         if self.device.type != "cuda":
             return Launched(logits, None, requests)
         host = torch.empty(logits.shape, dtype=torch.float32, pin_memory=True)
@@ -151,7 +152,7 @@ class Launched:
         self.logits, self.done, self.requests = logits, done, requests
 
     def wait(self) -> np.ndarray:
-        """Logits [n_out, n_ans] float32 as numpy; blocks until this pass has finished."""
+        """Logits [n_out, n_ans] (or [n_out, vocab]) float32 as numpy; blocks until this pass has finished."""
         if self.done is not None:
             self.done.synchronize()
         return self.logits.float().numpy()
