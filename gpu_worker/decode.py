@@ -24,11 +24,16 @@ from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 
 from .kv_pool import PAGE
 from .passes import Passes
 from .prefix_tree import Node
 from .scheduler import Job, base_of
+
+# the logits of a step ([sequences, vocab] float32, on the device and copied to the host) stay under this:
+# the running batch is at most this many bytes' worth of sequences (441 for a 151,936-token vocabulary)
+LOGIT_BYTES = 1 << 29
 
 
 @dataclass(eq=False)
@@ -40,10 +45,12 @@ class Seq:
     suffix: list[int]
     max_tokens: int
     key: object = None  # what besides the prompt decides the answer (identical sequences run once)
+    label: str = ""  # the row (and field) it answers, for errors
     matcher: object = None
     stop: tuple = ()
     ignore_eos: bool = False
     out: list[int] = field(default_factory=list)
+    scanned: int = 0  # characters of the answer's text searched for stop strings
     done: bool = False
     cut: bool = False  # ended by max_tokens or the model's context, not by an end token
     node: Node | None = None  # pinned end of the computed KV while running
@@ -57,6 +64,7 @@ class Decoder:
     def __init__(self, passes: Passes, vocab: int, stop_ids, decode_text, grammars, limit: int):
         self.passes, self.vocab, self.stop_ids = passes, vocab, frozenset(stop_ids)
         self.decode_text, self.grammars, self.limit = decode_text, grammars, limit
+        self.max_seqs = max(1, min(passes.token_budget, LOGIT_BYTES // (8 * vocab)))  # (a pinned host copy too)
 
     @property
     def stats(self) -> dict:
@@ -90,7 +98,7 @@ class Decoder:
         """Prefill waiting sequences while the running batch and the pool have room for them."""
         p, tree = self.passes, self.passes.tree
         batch, pages = [], 0  # (growth is not reserved: a sequence short of a page preempts another)
-        while waiting and len(running) + len(batch) < p.token_budget:
+        while waiting and len(running) + len(batch) < self.max_seqs:
             s = waiting[0]
             need = tree.pool.pages_for(len(s.prefix) + len(s.suffix) + len(s.out))
             if (batch or running) and not tree.make_room((pages + need) * PAGE):
@@ -99,8 +107,11 @@ class Decoder:
             batch.append(waiting.popleft())
         ends = []
         for s in batch:
-            at = tree.insert(s.prefix)
-            tree.mark_prefix(at)  # the document: worth keeping for the row's other calls
+            if p.share:
+                at = tree.insert(s.prefix)
+                tree.mark_prefix(at)  # the document: worth keeping for the row's other calls
+            else:  # prefix caching off: a tree of its own, dropped when it ends or is preempted
+                at = tree.insert(s.prefix, at=tree.root(("decode", id(s))))
             ends.append(tree.insert(s.suffix + s.out, at=at))
             p.hold(ends[-1])
         logits = p.serve(ends, sum(len(s.prefix) + len(s.suffix) + len(s.out) for s in batch), self.vocab)
@@ -108,6 +119,8 @@ class Decoder:
         for s, end, row in zip(batch, ends, logits):
             if end.slots is None:  # the pool could not keep its prompt: it waits for room
                 p.unpin(end)
+                if not p.share:
+                    tree.drop_root(("decode", id(s)))
                 back.append(s)
                 continue
             s.node, s.own = end, None
@@ -126,7 +139,7 @@ class Decoder:
     def _step(self, running: list, waiting: deque):
         """One pass of one token per running sequence (within the pass's context budget)."""
         p, tree = self.passes, self.passes.tree
-        plan, ctx_ids, base_ids, ctx_tokens = [], set(), set(), 0
+        plan, base_ids, ctx_tokens = [], set(), 0
         i = 0
         while i < len(running):
             s = running[i]
@@ -144,18 +157,16 @@ class Decoder:
                                        f"{s.node.end + 1} tokens; raise EngineConfig(kv_pool_tokens=...)")
                 self._preempt(running.pop(i), waiting)
                 break
-            ctx_ids.add(id(s.node))
             base_ids.add(id(base))
             ctx_tokens += cost
             plan.append((s, *got))
             i += 1
         jobs = [Job(s.node, [x], [slot], outputs=[(0, r)]) for r, (s, x, slot, _) in enumerate(plan)]
-        launched = p.runner.run(jobs, full=True)
-        logits = np.empty((len(plan), self.vocab), dtype=np.float32)
-        logits[launched.requests] = launched.wait()
-        for (s, x, slot, fresh_node), row in zip(plan, logits):
-            self._grow(s, x, slot, fresh_node)
-            self._choose(s, row)
+        launched = p.runner.run(jobs, full=True, on_device=True)
+        order = launched.requests  # the logits' rows are in the runner's order
+        for r, tok in zip(order, self._argmax([plan[r][0] for r in order], launched.logits)):
+            self._grow(*plan[r])
+            self._take(plan[r][0], tok)
         running[:] = running[len(plan):] + [s for s, *_ in plan if not s.done]  # those left out go first
         for s, *_ in plan:
             if s.done:
@@ -194,17 +205,31 @@ class Decoder:
         s.node, s.own = x, (x if fresh_node else None)
 
     # tokens ------------------------------------------------------------------------
+    def _argmax(self, seqs: list[Seq], logits: torch.Tensor) -> list[int]:
+        """Greedy tokens of logits [n, vocab] on their device (the first maximum: ties go to the lowest id);
+        a grammar's disallowed tokens at -inf first. Only the ids come back to the host."""
+        masked = [k for k, s in enumerate(seqs) if s.matcher is not None]
+        with torch.inference_mode():
+            if masked:
+                ok = torch.ones(logits.shape, dtype=torch.bool)
+                ok[masked] = torch.from_numpy(np.stack([self.grammars.allowed(seqs[k].matcher) for k in masked]))
+                logits = logits.masked_fill(~ok.to(logits.device), float("-inf"))
+            return logits.argmax(-1).tolist()
+
     def _choose(self, s: Seq, logits: np.ndarray):
-        """Greedy choice of the next token from the logits at the sequence's end; sets `done` / `cut`."""
+        """Greedy choice of the next token from host logits at the sequence's end (after its prefill)."""
         if s.matcher is not None:
             logits = np.where(self.grammars.allowed(s.matcher), logits, -np.inf)
-        tok = int(np.argmax(logits))  # the first maximum: ties go to the lowest id
+        self._take(s, int(np.argmax(logits)))  # the first maximum: ties go to the lowest id
+
+    def _take(self, s: Seq, tok: int):
+        """The sequence's next token is `tok`: appended, or the end; sets `done` / `cut`."""
         if s.matcher is not None:
             if tok == self.grammars.eos and s.matcher.is_accepting():
                 s.done = True
                 return
             if not s.matcher.consume_token(tok):
-                raise RuntimeError(f"the grammar refused token {tok}: {s.matcher.get_error()}")
+                raise RuntimeError(f"{s.label}: the grammar refused token {tok}: {s.matcher.get_error()}")
             s.out.append(tok)
             s.done = s.matcher.is_stopped()
         elif tok in self.stop_ids and not s.ignore_eos:
@@ -212,20 +237,26 @@ class Decoder:
             return
         else:
             s.out.append(tok)
-            if s.stop:
+            if s.stop:  # searched from where a stop string could start in the new text
                 text = self.decode_text(s.out)
-                s.done = any(x in text for x in s.stop)
+                lo = max(0, s.scanned - max(map(len, s.stop)) + 1)
+                s.done = any(text.find(x, lo) >= 0 for x in s.stop)
+                s.scanned = len(text)
         if not s.done and (len(s.out) >= s.max_tokens or len(s.prefix) + len(s.suffix) + len(s.out) >= self.limit):
             s.done = s.cut = True
 
     def _finish(self, s: Seq):
-        if s.node is not None:
-            self.passes.unpin(s.node)
-        s.node = s.own = None
+        self._release(s)
         self.stats["output_tokens"] += len(s.out)
 
     def _preempt(self, s: Seq, waiting: deque):
-        self.passes.unpin(s.node)
-        s.node = s.own = None
+        self._release(s)
         self.stats["preemptions"] += 1
         waiting.appendleft(s)
+
+    def _release(self, s: Seq):
+        """Unpin the sequence's KV (left to eviction; with prefix caching off, dropped)."""
+        self.passes.unpin(s.node)
+        if not self.passes.share:
+            self.passes.tree.drop_root(("decode", id(s)))
+        s.node = s.own = None

@@ -360,7 +360,7 @@ class Engine:
             else:
                 head, mid, post = self.renderer.generate_join_parts(prompts[i])
                 prefix, suffix = self.fitter.pair_request(i, head + ids + mid, ids, head, mid, p, post)
-            seqs[i] = Seq(prefix, suffix, max_tokens, stop=stop, ignore_eos=ignore_eos)
+            seqs[i] = Seq(prefix, suffix, max_tokens, stop=stop, ignore_eos=ignore_eos, label=f"row {i}")
         self.decoder.run([s for s in seqs if s is not None])
         return [None if s is None else s.out for s in seqs]
 
@@ -381,7 +381,7 @@ class Engine:
                 continue
             head = next(iter(parts.values()))[0]
             prefix = self.fitter.fit(i, head, ids, [0] * longest)[0]  # the document once for every field
-            rows.append({name: Seq(prefix, tail, max_tokens, key=("extract", name, str(t)),
+            rows.append({name: Seq(prefix, tail, max_tokens, key=("extract", name, str(t)), label=f"row {i} field {name!r}",
                                    matcher=self.grammars.matcher(t, f"field {name!r}"))
                          for (name, t), (_, tail) in zip(fields.items(), parts.values())})
         self.decoder.run([s for r in rows if r is not None for s in r.values()])

@@ -93,6 +93,19 @@ def test_generate_text_stops_at_stop_strings_and_max_tokens(qwen):
     assert short == ids[:len(short)] and len(short) < 12  # decoding stopped once the stop string appeared
 
 
+def test_generate_over_partners_and_without_prefix_caching(qwen):
+    eng, hf = qwen
+    docs, partners = _docs(4, seed=7), _docs(4, seed=8)
+    rows = [(docs[i % 2], partners[i]) for i in range(4)]  # each document under two partners
+    want = _hf_generate(hf, eng, [eng.render_generate(d, PROMPTS[2], p) for d, p in rows], MAX)
+    got = eng.generate_ids([d for d, _ in rows], PROMPTS[2], partners=[p for _, p in rows], max_tokens=MAX)
+    assert got == want
+    assert eng.generate_ids([docs[0], docs[0]], PROMPTS[2], partners=[None, partners[0]], max_tokens=MAX) == [None, want[0]]
+    solo = Engine(EngineConfig(model="tiny-qwen3-random", token_budget=256, kv_pool_tokens=160, prefix_cache=False))
+    assert solo.generate_ids([d for d, _ in rows], PROMPTS[2], partners=[p for _, p in rows], max_tokens=MAX) == want
+    assert solo.pool.num_free == solo.pool.num_pages  # nothing kept
+
+
 def test_generate_stops_at_the_end_of_turn_like_transformers(smol_engine):
     hf = hf_model(smol_engine)
     docs = ["The sky is blue.", "Paris is the capital of France.", "Two plus two is four."]
