@@ -298,7 +298,7 @@ def udf_eval(conf, run, spec, *args):
     calls = json.loads(spec[0].as_py())["calls"]
     items, wheres, places = [], [], []
     for k, c in enumerate(calls):
-        fn = c["fn"].lower()
+        fn = _public(c["fn"])
         for call, rows, values in _parsed(fn, [args[i] for i in c["args"]]):
             items.append((call, values))
             wheres.append(_where(f"{fn} (fused by quail_eval)", rows, call.n_cols, values))
@@ -310,11 +310,18 @@ def udf_eval(conf, run, spec, *args):
                 results[k][r] = x
     by_field: dict = {}
     for c, res in zip(calls, results):
-        kind = FUNCTIONS[c["fn"].lower()]
+        kind = FUNCTIONS[_public(c["fn"])]
         by_field.setdefault(_FIELD_OF[kind], []).append([as_json(x) for x in res] if kind == "extract" else res)
     arrays = [pa.array([list(row) for row in zip(*by_field[name])] if name in by_field else [[]] * len(spec),
                        pa.list_(t)) for name, _, t in EVAL_FIELDS]
     return pa.StructArray.from_arrays(arrays, names=[name for name, _, _ in EVAL_FIELDS])
+
+
+def _public(fn: str) -> str:
+    """The SQL function of a call in a quail_eval spec: ai_extract for its registered UDF (EXTRACT_UDF)."""
+    from gpu_worker.ai_calls import EXTRACT_UDF
+
+    return "ai_extract" if fn.lower() == EXTRACT_UDF else fn.lower()
 
 
 # quail_eval's struct, as QuailFuseCalls reads it: (field, the kinds of call it holds, element type);
