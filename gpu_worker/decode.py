@@ -47,6 +47,7 @@ class Seq:
     key: object = None  # what besides the prompt decides the answer (identical sequences run once)
     label: str = ""  # the row (and field) it answers, for errors
     matcher: object = None
+    mask: np.ndarray | None = None  # the grammar's allowed tokens at this point, once computed
     stop: tuple = ()
     ignore_eos: bool = False
     out: list[int] = field(default_factory=list)
@@ -212,14 +213,14 @@ class Decoder:
         with torch.inference_mode():
             if masked:
                 ok = torch.ones(logits.shape, dtype=torch.bool)
-                ok[masked] = torch.from_numpy(np.stack([self.grammars.allowed(seqs[k].matcher) for k in masked]))
+                ok[masked] = torch.from_numpy(np.stack([self._mask(seqs[k]) for k in masked]))
                 logits = logits.masked_fill(~ok.to(logits.device), float("-inf"))
             return logits.argmax(-1).tolist()
 
     def _choose(self, s: Seq, logits: np.ndarray):
         """Greedy choice of the next token from host logits at the sequence's end (after its prefill)."""
         if s.matcher is not None:
-            logits = np.where(self.grammars.allowed(s.matcher), logits, -np.inf)
+            logits = np.where(self._mask(s), logits, -np.inf)
         self._take(s, int(np.argmax(logits)))  # the first maximum: ties go to the lowest id
 
     def _take(self, s: Seq, tok: int):
@@ -231,7 +232,10 @@ class Decoder:
             if not s.matcher.consume_token(tok):
                 raise RuntimeError(f"{s.label}: the grammar refused token {tok}: {s.matcher.get_error()}")
             s.out.append(tok)
-            s.done = s.matcher.is_stopped()
+            s.mask = None
+            # finished: nothing can follow, or only the end (its step saved; it counts against max_tokens)
+            s.done = s.matcher.is_stopped() or (len(s.out) < s.max_tokens and s.matcher.is_accepting()
+                                                and self._only_end(s))
         elif tok in self.stop_ids and not s.ignore_eos:
             s.done = True
             return
@@ -244,6 +248,16 @@ class Decoder:
                 s.scanned = len(text)
         if not s.done and (len(s.out) >= s.max_tokens or len(s.prefix) + len(s.suffix) + len(s.out) >= self.limit):
             s.done = s.cut = True
+
+    def _mask(self, s: Seq) -> np.ndarray:
+        """The tokens the grammar allows next (computed once per token)."""
+        if s.mask is None:
+            s.mask = self.grammars.allowed(s.matcher)
+        return s.mask
+
+    def _only_end(self, s: Seq) -> bool:
+        m = self._mask(s)
+        return bool(m[self.grammars.eos]) and int(np.count_nonzero(m)) == 1
 
     def _finish(self, s: Seq):
         self._release(s)

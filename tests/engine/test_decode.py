@@ -81,8 +81,10 @@ def test_generate_equals_transformers_in_every_batch_composition(qwen):
 def test_generate_text_stops_at_stop_strings_and_max_tokens(qwen):
     eng, hf = qwen
     doc = _docs(1, seed=9)[0]
+    nodes = eng.tree.nodes()
     ids = eng.generate_ids([doc], PROMPTS[0], max_tokens=12)[0]
     assert len(ids) == 12  # the random model never picks an end token here: cut by max_tokens
+    assert eng.tree.nodes() <= max(nodes, 1) + 3  # (the root) document, prompt, answer: the answer grows in one node
     full = eng.generate([doc], PROMPTS[0], max_tokens=12)[0]
     assert full == eng.tokenizer.decode(ids, skip_special_tokens=True)
     stop = full[len(full) // 2: len(full) // 2 + 2]
