@@ -189,7 +189,7 @@ def stage_plan(spec: Spec, spark, run_id: str, progress_dir: str, counters) -> S
     failures = max_task_failures(spark.sparkContext.master, conf.get("spark.task.maxFailures", "4"))
     return StagePlan(engine, spec.key, spec.columns, failures, progress_dir, run_id, counters,
                      conf.get(TEST_FAIL_FIRST_ATTEMPT, "false").lower() == "true",
-                     float(conf.get(TEST_BATCH_DELAY, "0")))
+                     float(conf.get(TEST_BATCH_DELAY, "0")), conf.get("spark.sql.session.timeZone", "UTC"))
 
 
 def ai_rows(spec: Spec, spark, work, input_schema, plan: StagePlan, n_todo: int):
