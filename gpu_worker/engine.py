@@ -18,9 +18,10 @@ import torch
 from . import weights
 from .chunks import DocumentChunks, leave_a_core
 from .config import EngineConfig
-from .decode import Decoder, Seq
+from .decode import Decoder
+from .decode_requests import cut_at, extract_seqs, extraction, generate_seqs, stop_strings
 from .fitting import RequestFitter
-from .grammar import Extraction, Grammars, answer, check_fields, describe
+from .grammar import Extraction, Grammars, check_fields
 from .passes import FIRST_PASS_JOBS, TREE_COUNTERS, Passes, collector_paused
 from .prompts import PromptRenderer, documents
 from .runner import KVCache, ModelRunner
@@ -331,9 +332,10 @@ class Engine:
     def generate(self, docs, prompt, *, partners=None, max_tokens: int = 128, stop=(),
                  ignore_eos: bool = False) -> list[str | None]:
         """One greedy answer per row (see the class docstring); None for a NULL row."""
+        stop = stop_strings(stop)
         seqs = self.generate_ids(docs, prompt, partners=partners, max_tokens=max_tokens, stop=stop,
                                  ignore_eos=ignore_eos)
-        return [None if ids is None else _cut_at(self._text(ids), stop) for ids in seqs]
+        return [None if ids is None else cut_at(self._text(ids), stop) for ids in seqs]
 
     @_serialized
     def generate_ids(self, docs, prompt, *, partners=None, max_tokens: int = 128, stop=(),
@@ -342,25 +344,13 @@ class Engine:
         completed a stop string)."""
         docs = documents(docs)
         prompts = [prompt] * len(docs) if isinstance(prompt, str) else _strings(prompt, "prompt")
-        stop = (stop,) if isinstance(stop, str) else tuple(_strings(stop, "stop"))
         if len(prompts) != len(docs) or (partners is not None and len(partners) != len(docs)):
             raise ValueError(f"generate needs one prompt and partner per document ({len(docs)} documents)")
-        if max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+        _check_max_tokens(max_tokens)
         self.tree.op += 1
-        toks = self._tokenize(docs)
-        p_toks = self._tokenize(documents(partners, "partners")) if partners is not None else [[]] * len(docs)
-        seqs: list[Seq | None] = [None] * len(docs)
-        for i, (ids, p) in enumerate(zip(toks, p_toks)):
-            if ids is None or p is None:
-                continue
-            if partners is None:
-                head, tail = self.renderer.generate_parts(prompts[i])
-                prefix, suffix = self.fitter.fit(i, head, ids, tail)
-            else:
-                head, mid, post = self.renderer.generate_join_parts(prompts[i])
-                prefix, suffix = self.fitter.pair_request(i, head + ids + mid, ids, head, mid, p, post)
-            seqs[i] = Seq(prefix, suffix, max_tokens, stop=stop, ignore_eos=ignore_eos, label=f"row {i}")
+        p_toks = None if partners is None else self._tokenize(documents(partners, "partners"))
+        seqs = generate_seqs(self.renderer, self.fitter, self._tokenize(docs), p_toks, prompts, max_tokens,
+                             stop_strings(stop), ignore_eos)
         self.decoder.run([s for s in seqs if s is not None])
         return [None if s is None else s.out for s in seqs]
 
@@ -369,28 +359,12 @@ class Engine:
         """Per row an `Extraction` of `fields` (name -> Spark JSON type); None for a NULL row."""
         fields = check_fields(fields)
         docs = documents(docs)
-        if max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+        _check_max_tokens(max_tokens)
         self.tree.op += 1
-        parts = {name: self.renderer.extract_parts(name, describe(t), instruction) for name, t in fields.items()}
-        longest = max(len(tail) for _, tail in parts.values())
-        rows: list[dict | None] = []
-        for i, ids in enumerate(self._tokenize(docs)):
-            if ids is None:
-                rows.append(None)
-                continue
-            head = next(iter(parts.values()))[0]
-            prefix = self.fitter.fit(i, head, ids, [0] * longest)[0]  # the document once for every field
-            rows.append({name: Seq(prefix, tail, max_tokens, key=("extract", name, str(t)), label=f"row {i} field {name!r}",
-                                   matcher=self.grammars.matcher(t, f"field {name!r}"))
-                         for (name, t), (_, tail) in zip(fields.items(), parts.values())})
+        rows = extract_seqs(self.renderer, self.fitter, self.grammars, self._tokenize(docs), fields, instruction,
+                            max_tokens)
         self.decoder.run([s for r in rows if r is not None for s in r.values()])
-        return [None if r is None else self._extraction(i, fields, r) for i, r in enumerate(rows)]
-
-    def _extraction(self, row: int, fields: dict, seqs: dict) -> Extraction:
-        values = {name: None if s.cut else answer(fields[name], self.grammars.text(s.out), f"row {row} field {name!r}")
-                  for name, s in seqs.items()}
-        return Extraction(values, tuple(name for name, s in seqs.items() if s.cut))
+        return [None if r is None else extraction(self.grammars, i, fields, r) for i, r in enumerate(rows)]
 
     @_serialized
     def count_tokens(self, texts) -> list[int]:
@@ -476,7 +450,6 @@ def _strings(xs, what: str) -> list[str]:
     return xs
 
 
-def _cut_at(text: str, stop: tuple) -> str:
-    """`text` cut before the first occurrence of any stop string."""
-    cut = min((i for i in (text.find(x) for x in stop if x) if i >= 0), default=len(text))
-    return text[:cut]
+def _check_max_tokens(n) -> None:
+    if not isinstance(n, int) or n < 1:
+        raise ValueError(f"max_tokens must be an integer >= 1, got {n!r}")
