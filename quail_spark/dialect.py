@@ -336,8 +336,10 @@ def _hints(node, kind: str = "if") -> tuple:
     stop (:data:`gpu_worker.ai_calls.DECODE_HINTS`, which take no selectivity)."""
     if node is None:
         return ()
-    if isinstance(node, exp.VarMap):
-        pairs = zip(node.args["keys"].expressions, node.args["values"].expressions)
+    if isinstance(node, (exp.VarMap, exp.Map)):  # exp.Map: BigQuery's reading of map('k', v)
+        keys, values = (node.args.get(k) for k in ("keys", "values"))
+        pairs = zip(*((x.expressions if isinstance(x, exp.Array) else [x] if x is not None else [])
+                      for x in (keys, values)))
     elif isinstance(node, exp.Anonymous):  # OBJECT_CONSTRUCT('k', v, ...)
         pairs = zip(node.expressions[0::2], node.expressions[1::2])
     else:  # Struct of PropertyEQ / Slice

@@ -71,3 +71,11 @@ def test_a_bad_decode_call_is_refused_naming_it(spark, expr, error, words):
     with pytest.raises(error) as e:
         parse_call(expr)
     assert all(w in str(e.value) for w in words), str(e.value)
+
+
+def test_a_bigquery_map_hint_is_kept():
+    """BigQuery reads map('k', v) as MAP(keys, values): the hint rides along (it was dropped before)."""
+    text, (call,) = to_spark("SELECT AI.GENERATE(PROMPT('Reply to {0}', body), map('max_tokens', 6)) FROM t")
+    assert text == "SELECT ai_generate('Reply to {0}', body, MAP('max_tokens', 6)) FROM t" and call.max_tokens == 6
+    _, (call,) = to_spark("SELECT id FROM t WHERE AI.IF(PROMPT('Is {0} ok?', body), map('selectivity', 0.2))")
+    assert call.hint("selectivity") == 0.2
