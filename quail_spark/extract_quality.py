@@ -176,7 +176,8 @@ def score_extract(df, q, model: str, device: str, engine: dict) -> tuple:
               "null_results": sum(v is None and not e for v, e in zip(values, errored))}
     table = pd.DataFrame({**{f"label_{f}": [r[f"label_{f}"] for r in rows] for f in fields},
                           **{f: [None if v is None else v[f] for v in values] for f in fields},
-                          "_ai_error": [r["_ai_error"] for r in rows]})
+                          "_ai_error": [r["_ai_error"] and r["_ai_error"].replace(f"{EVAL_COLUMN}: ", f"{q.name}: ")
+                                        for r in rows]}, dtype=object)  # NULL stays None
     return result, table
 
 

@@ -83,3 +83,32 @@ def test_labelled_set_labels_are_in_their_texts():
             day = dt.date(y, m, d)
             forms = [r["date"], f"{day:%B} {d}, {y}", f"{d} {day:%B} {y}", f"of {day:%B} {y}", f"{day:%b}. {d}, {y}"]
             assert any(x in t for x in forms), r
+
+
+def test_evaluate_scores_an_extract_question_against_the_labels(spark):
+    """Through evaluate (with_ai_columns, a seeded random model): each field's figures are those of its
+    values and the file's labels, cut fields counted from _ai_error, NULL labels kept as answers."""
+    import quail_spark
+
+    rows = [json.loads(line) for line in open(SET)][:8]
+    expr = "ai_extract(text, 'name STRING, age INT, date DATE', map('max_tokens', 12))"
+    ev = quail_spark.evaluate(spark.read.json(SET).where("id <= 8"), {"record": {"date": "date"}},
+                              {"record": expr}, model="tiny-llama-random", seed=1, spark=spark)
+    r, s = ev.results[0], ev.scores["record"]
+    assert (r["kind"], r["n"], list(r["fields"])) == ("extract", 8, ["name", "age", "date"])
+    for f, m in r["fields"].items():
+        assert sorted(map(str, s[f"label_{f}"])) == sorted(str(x[f]) for x in rows)  # None reads as 'None'
+        assert m["label_nulls"] == sum(x[f] is None for x in rows)
+        assert m["cut"] == sum(f"record: field '{f}' cut at max_tokens 12" in (e or "") for e in s["_ai_error"])
+        same = sum(normalize(v) == normalize(lab) for v, lab in zip(s[f], s[f"label_{f}"]))
+        assert m["exact_match"] == same / 8
+    assert r["cut_rows"] == sum("cut at max_tokens" in (e or "") for e in s["_ai_error"]) > 0
+    assert r["errored_rows"] == r["null_results"] == 0
+    assert "record" in str(ev) and "exact_match" in str(ev)
+
+
+def test_shipped_eval_spec_loads():
+    from quail_spark.eval_command import load
+
+    spec = load(os.path.join(os.path.dirname(SET), "extract_eval.json"))
+    assert spec["label"] == {} and "ai_extract(text" in spec["columns"]["record"]
