@@ -5,6 +5,7 @@ Importing the package (or ``gpu_worker.ai_calls``) loads no torch: ``Engine`` is
 from __future__ import annotations
 
 from .config import EngineConfig, ModelConfig
+from .grammar import Extraction
 from .prompts import PromptTooLong
 
 _ENGINES: dict[str, Engine] = {}  # least recently used first
@@ -53,4 +54,4 @@ def __getattr__(name):
     raise AttributeError(f"module 'gpu_worker' has no attribute {name!r}")
 
 
-__all__ = ["Engine", "EngineConfig", "ModelConfig", "PromptTooLong", "get_engine"]
+__all__ = ["Engine", "EngineConfig", "Extraction", "ModelConfig", "PromptTooLong", "get_engine"]

@@ -2,9 +2,18 @@
 
 The SQL functions (plain ``spark.sql``, DataFrames, the optimized plans of the
 Spark extension, QuailSession) and the enrichment job all evaluate
-``ai_if`` / ``ai_score`` / ``ai_classify`` through :func:`evaluate`, so the
-same call on the same row gives the same prompt, the same margin and the same
-answer on every path. Never imports pyspark.
+``ai_if`` / ``ai_score`` / ``ai_classify`` and the decode calls ``ai_generate`` /
+``ai_extract`` / ``ai_summarize`` through :func:`evaluate`, so the same call on
+the same row gives the same prompt, the same margin and the same answer on
+every path. Never imports pyspark.
+
+Decode calls: ``ai_generate`` renders its template as ai_if does and answers with
+``Engine.generate`` (greedy text, at most ``max_tokens``, cut before a ``stop``
+string); ``ai_summarize`` is ``ai_generate`` over one column with the fixed
+instruction :data:`SUMMARIZE` ("at most ``max_words`` words"); ``ai_extract``
+answers with ``Engine.extract`` (one JSON value per field of ``schema``, Spark's
+JSON of a struct type), its result an ``Extraction`` (``values``, ``cut``,
+``to_json()``).
 
 Rendering of ``template`` over column values (``{i}`` is the i-th column):
 
@@ -28,6 +37,8 @@ never sent to the model.
 """
 from __future__ import annotations
 
+import contextlib
+import json
 import re
 from dataclasses import dataclass
 
@@ -36,14 +47,26 @@ import numpy as np
 from .prompts import PromptTooLong, is_null  # is_null: the one NULL rule, also the engine's document check
 
 PLACEHOLDER = re.compile(r"\{(\d+)\}")
-KINDS = ("if", "score", "classify")
-RESULT_TYPES = {"if": "boolean", "score": "double", "classify": "string"}  # Spark SQL type of each kind
+KINDS = ("if", "score", "classify", "generate", "extract", "summarize")
+DECODE_KINDS = ("generate", "extract", "summarize")
+# Spark SQL type of each kind; an extract call's is the struct of its schema (Call.result_type)
+RESULT_TYPES = {"if": "boolean", "score": "double", "classify": "string", "generate": "string",
+                "extract": "struct", "summarize": "string"}
 # The AI functions of SQL, the one table every path reads (the Spark extension's mirror:
 # quail_spark/java/io/quailspark/AiCalls.java): public name -> kind (ai_filter is an alias of
 # ai_if), and the internal functions the optimizer rules make.
-FUNCTIONS = {"ai_if": "if", "ai_filter": "if", "ai_score": "score", "ai_classify": "classify"}
+FUNCTIONS = {"ai_if": "if", "ai_filter": "if", "ai_score": "score", "ai_classify": "classify",
+             "ai_generate": "generate", "ai_extract": "extract", "ai_summarize": "summarize"}
 INTERNAL = ("quail_chain", "quail_join", "quail_eval", "quail_match", "quail_match_score", "quail_join_score")
+# The UDF that install() registers for ai_extract: the JSON text of each row's object, which the Spark
+# extension's ai_extract function reads with Spark's from_json into the struct of the schema.
+EXTRACT_UDF = "quail_extract"
 DEFAULT_INSTRUCTION = "Which option describes the document best?"
+RESPOND = "Respond to the document."  # the question of ai_generate('{0}', col): the column is the request
+SUMMARIZE = "Summarize the document in at most {n} words."
+DEFAULT_MAX_TOKENS = {"generate": 128, "extract": 32}  # extract: per field
+DEFAULT_MAX_WORDS = 50
+DECODE_HINTS = {"generate": ("max_tokens", "stop"), "extract": ("max_tokens",), "summarize": ()}
 
 
 def placeholders(template: str) -> tuple[int, ...]:
@@ -79,24 +102,55 @@ class Call:
     labels: tuple = ()
     anchor: int | None = None  # argument position placed first (the `anchor` hint), two columns only
     args: tuple = ()   # the column arguments as Spark SQL text, when read from SQL
-    hints: tuple = ()  # ((key, value), ...) as written: selectivity, anchor (a table alias)
+    hints: tuple = ()  # ((key, value), ...) as written: selectivity, anchor (a table alias), max_tokens, stop
+    schema: str = ""   # ai_extract: Spark's JSON of the struct type (StructType.jsonValue()), as text
+    instruction: str | None = None  # ai_extract: the optional instruction
+    max_tokens: int | None = None   # decode calls: output tokens (ai_extract: per field); None: the default
+    stop: tuple = ()                # ai_generate: stop strings (the text is cut before the first)
+    max_words: int | None = None    # ai_summarize: words of the summary; None: DEFAULT_MAX_WORDS
 
     @classmethod
-    def of(cls, fn: str, template: str, args, labels=(), hints=(), anchor: int | None = None) -> "Call":
-        """The call ``fn(template, *args ...)`` of SQL; ``fn`` any name of :data:`FUNCTIONS`."""
+    def of(cls, fn: str, template: str, args, labels=(), hints=(), anchor: int | None = None,
+           schema: str = "", instruction: str | None = None, max_words: int | None = None) -> "Call":
+        """The call ``fn(template, *args ...)`` of SQL; ``fn`` any name of :data:`FUNCTIONS`. A decode
+        call's ``max_tokens`` and ``stop`` come from its hints (ai_extract / ai_summarize: template '{0}').
+
+        >>> Call.of("ai_generate", "Reply to {0}", ("body",), hints=(("max_tokens", 16),)).max_tokens
+        16
+        """
         kind = FUNCTIONS.get(fn.lower())
         if kind is None:
             raise ValueError(f"unknown AI function {fn!r}; expected one of {sorted(FUNCTIONS)}")
-        return cls(kind, template, len(args), tuple(labels), anchor, tuple(args), tuple(hints))
+        hints = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in hints)
+        h = dict(hints)
+        stop, n = h.get("stop", ()), h.get("max_tokens")
+        with contextlib.suppress(TypeError, ValueError):  # a map hint's number may come as 64.0 or '64'
+            n = int(float(n)) if n is not None and not isinstance(n, bool) and float(n).is_integer() else n
+        return cls(kind, template, len(args), tuple(labels), anchor, tuple(args), hints, schema, instruction,
+                   n, (stop,) if isinstance(stop, str) else tuple(stop), max_words)
 
     @property
     def fn(self) -> str:
-        """The SQL function's name: ai_if, ai_score or ai_classify."""
+        """The SQL function's name: ai_if, ai_score, ai_classify, ai_generate, ai_extract or ai_summarize."""
         return f"ai_{self.kind}"
 
     @property
     def result_type(self) -> str:
-        return RESULT_TYPES[self.kind]
+        """Spark SQL type of the result; an extract call's is its schema's struct (``struct<name:string>``)."""
+        return type_ddl(json.loads(self.schema)) if self.kind == "extract" else RESULT_TYPES[self.kind]
+
+    @property
+    def fields(self) -> dict:
+        """ai_extract: field name -> Spark JSON type, in schema order (what ``Engine.extract`` takes)."""
+        return {f["name"]: f["type"] for f in json.loads(self.schema)["fields"]} if self.schema else {}
+
+    @property
+    def output_tokens(self) -> int:
+        """A decode call's output tokens (ai_extract: per field): the hint, else the default; ai_summarize's
+        from its words (about two tokens a word and a margin)."""
+        if self.kind == "summarize":
+            return 2 * (self.max_words or DEFAULT_MAX_WORDS) + 16
+        return self.max_tokens or DEFAULT_MAX_TOKENS[self.kind]
 
     def hint(self, key: str, default=None):
         return dict(self.hints).get(key, default)
@@ -121,6 +175,31 @@ class Call:
         if self.anchor is not None and (self.n_cols != 2 or self.anchor not in (0, 1)):
             raise ValueError(f"ai_{self.kind}: the anchor hint names column argument {self.anchor + 1}; "
                              f"expected 1 or 2 of a call with two column arguments (it has {self.n_cols})")
+        if self.kind in DECODE_KINDS:
+            self._check_decode()
+
+    def _check_decode(self) -> None:
+        fn = self.fn
+        if self.kind != "generate" and (self.n_cols != 1 or self.template != "{0}"):
+            raise ValueError(f"{fn}: expected one document column (template '{{0}}'), got {self.n_cols} "
+                             f"column(s) and template {self.template!r}")
+        for key, value in (("max_tokens", self.max_tokens), ("max_words", self.max_words)):
+            if value is not None and (isinstance(value, bool) or not float(value).is_integer() or value < 1):
+                raise ValueError(f"{fn}: {key} expected a whole number >= 1, got {value!r}")
+        if any(not isinstance(x, str) or not x for x in self.stop):
+            raise ValueError(f"{fn}: stop expected a string or an array of non-empty strings, got {list(self.stop)}")
+        if self.kind != "extract":
+            return
+        try:
+            schema = json.loads(self.schema)
+            ok = schema.get("type") == "struct" and len(schema["fields"]) > 0
+        except (ValueError, AttributeError, KeyError, TypeError):
+            ok = False
+        if not ok:
+            raise ValueError(f"ai_extract: schema expected Spark's JSON of a struct type with at least one "
+                             f"field, got {self.schema[:80]!r}")
+        if self.instruction is not None and not isinstance(self.instruction, str):
+            raise ValueError(f"ai_extract: instruction expected a string, got {self.instruction!r}")
 
     def order(self, values) -> tuple:
         """Column positions in prompt order for one row: with two columns the anchor's first,
@@ -138,6 +217,12 @@ class Call:
         """The template's text with each placeholder replaced by the name of its column's place."""
         if self.kind == "classify" and self.template.strip() == "{0}":
             return DEFAULT_INSTRUCTION
+        if self.kind == "summarize":
+            return SUMMARIZE.format(n=self.max_words or DEFAULT_MAX_WORDS)
+        if self.kind == "extract":
+            return self.instruction or ""
+        if self.kind == "generate" and self.template.strip() == "{0}":
+            return RESPOND
         place = {col: i for i, col in enumerate(order)}
         return PLACEHOLDER.sub(lambda m: doc_name(place[int(m.group(1))], self.n_cols), self.template)
 
@@ -162,6 +247,8 @@ def render(eng, call: Call, values) -> list[int]:
     """The exact prompt ids of one row (a row that is NULL by the rule raises)."""
     if any(is_null(v) for v in values):
         raise ValueError("a NULL, empty or whitespace-only value is not rendered: its result is NULL")
+    if call.kind in DECODE_KINDS:
+        raise ValueError(f"{call.fn}: a decode call's prompts are rendered by Engine.generate / Engine.extract")
     order = call.order(values)
     values, question = [values[i] for i in order], call.question_for(order)
     if call.kind == "classify":
@@ -174,8 +261,9 @@ def render(eng, call: Call, values) -> list[int]:
 def evaluate(eng, call: Call, columns, errors: list | None = None, where=str) -> list:
     """Results of ``call`` on rows given column-wise (lists of str or None).
 
-    Returns a list: bool (if), float P(yes) (score) or label (classify); None
-    for NULL rows. An over-long prompt raises a ``PromptTooLong`` naming
+    Returns a list: bool (if), float P(yes) (score), label (classify), text
+    (generate, summarize) or ``Extraction`` (extract: ``values``, ``cut``,
+    ``to_json()``); None for NULL rows. An over-long prompt raises a ``PromptTooLong`` naming
     ``where(row)``; with ``errors`` (a list of len n_rows) the row's result is
     None and ``errors[row]`` says why, and the other rows are still evaluated.
     """
@@ -258,6 +346,12 @@ def _margins_or_labels(eng, call: Call, columns, rows) -> list:
 def _placed(eng, call: Call, order, vals) -> list:
     """Results of rows whose columns ``vals`` are already in prompt ``order``."""
     question = call.question_for(order)
+    if call.kind in ("generate", "summarize"):
+        partners = None if call.n_cols == 1 else [call.partner_text(v) for v in zip(*vals)]
+        return eng.generate(list(vals[0]), question, partners=partners, max_tokens=call.output_tokens,
+                            stop=call.stop)
+    if call.kind == "extract":
+        return eng.extract(list(vals[0]), call.fields, call.instruction, max_tokens=call.output_tokens)
     if call.kind == "classify":
         docs = [call.classify_text(v) for v in zip(*vals)]
         idx, _ = eng.classify(docs, list(call.labels), question)
@@ -287,3 +381,22 @@ def _answers(kind: str, margins) -> list:
 def _pair_margins(eng, anchors, partners, question) -> np.ndarray:
     """Element-wise (anchor_i, partner_i) margins in the join layout, grouped by anchor."""
     return eng.pairs(list(anchors), list(partners), question)  # PromptTooLong names the pair's row
+
+
+def as_json(result) -> str | None:
+    """An ai_extract result as the JSON object text of its values (the schema's keys in order), None for NULL."""
+    return None if result is None else result.to_json()
+
+
+_DDL = {"integer": "int", "long": "bigint", "short": "smallint", "byte": "tinyint"}
+
+
+def type_ddl(t) -> str:
+    """Spark's DDL of a type given in Spark's JSON form (``{"type": "struct", ...}`` -> ``struct<a:int>``)."""
+    if isinstance(t, str):
+        return _DDL.get(t, t)
+    if t["type"] == "array":
+        return f"array<{type_ddl(t['elementType'])}>"
+    if t["type"] == "map":
+        return f"map<{type_ddl(t['keyType'])},{type_ddl(t['valueType'])}>"
+    return "struct<" + ",".join(f"`{f['name']}`:{type_ddl(f['type'])}" for f in t["fields"]) + ">"

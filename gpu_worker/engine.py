@@ -18,7 +18,10 @@ import torch
 from . import rates, weights
 from .chunks import DocumentChunks, leave_a_core
 from .config import EngineConfig
+from .decode import Decoder
+from .decode_requests import cut_at, extract_seqs, extraction, generate_seqs, stop_strings
 from .fitting import RequestFitter
+from .grammar import Extraction, Grammars, check_fields
 from .passes import FIRST_PASS_JOBS, TREE_COUNTERS, Passes, collector_paused
 from .prompts import PromptRenderer, documents
 from .runner import KVCache, ModelRunner
@@ -43,12 +46,30 @@ class Engine:
     and `DocumentChunks`, each holding what its constructor takes.
 
     Thread safety: the operations (filter, score, chain, join, join_ids,
-    pairs, classify, count_tokens) hold the engine's lock, so calls from
+    pairs, classify, generate, extract, count_tokens) hold the engine's lock, so calls from
     several threads on one Engine are serialized and each returns what it
     would alone. Documents are `str` or None; None, empty or whitespace-only
     documents are NULL and get NaN (-1 for classify); documents, questions,
     instructions and labels are text, tokenized with special-token parsing
     off (only the chat frame has control tokens).
+
+    Decoding (gpu_worker/decode.py: greedy, continuous batching, preemption when the pool is full):
+
+    generate(docs, prompt, *, partners=None, max_tokens=128, stop=(), ignore_eos=False) -> list[str | None]
+        One greedy answer per row: `prompt` (a string, or one per row) over docs[i], the document first,
+        or over (docs[i], partners[i]) in the join layout. Ends at the model's end-of-text or end-of-turn
+        token (unless ignore_eos), before the first `stop` string, or after max_tokens tokens (an end
+        token counted). None for a NULL row. The same answer for every batch, order, pool and cache.
+    generate_ids(...) -> list[list[int] | None]
+        The same answers as token ids (the end token left out).
+    extract(docs, fields, instruction=None, *, max_tokens=32) -> list[Extraction | None]
+        fields: name -> Spark type in its JSON form ("string", "integer", ..., {"type": "array", ...},
+        {"type": "struct", ...}); a type the grammar cannot express raises ValueError naming the field
+        before any work. Each field is decoded from the row's one computed document under llguidance's
+        grammar of its JSON value (or null), so every finished answer parses; a field cut by max_tokens
+        is None and named in `Extraction.cut`.
+    Counters (`stats`): output_tokens, decode_steps, preemptions beside the prefill ones; a decode
+    call's prompts count in requested / fresh / reused tokens like any request.
 
     Examples
     --------
@@ -56,6 +77,10 @@ class Engine:
     >>> eng = Engine(EngineConfig(model="tiny-llama-random"))
     >>> eng.filter(["a red apple"], ["Is the document about fruit?"]).shape
     (1, 1)
+    >>> len(eng.generate_ids(["a red apple"], "Name the fruit.", max_tokens=4)[0]) <= 4
+    True
+    >>> sorted(eng.extract(["Bob is 42"], {"name": "string", "age": "integer"}, max_tokens=8)[0].values)
+    ['age', 'name']
     """
 
     def __init__(self, config: EngineConfig | None = None, **kw):
@@ -93,6 +118,9 @@ class Engine:
         # the renderer's function, not a method of the engine: no reference cycle, so an engine dropped
         # frees its KV pool at once rather than at the next full garbage collection
         self.chunks = DocumentChunks(self.renderer.encode_batch, self.rt.token_budget)
+        self.grammars = Grammars(self.tokenizer, src.config.vocab_size)  # llguidance loaded on first extract
+        self.decoder = Decoder(self.passes, src.config.vocab_size, self.renderer.stop_ids(), self._text,
+                               self.grammars, self.rt.max_position)
         self.reset_stats()
         if cfg.measure_rate:  # once per (model, device, dtype): the planner's rates (the stats reset below)
             rates.measure(self, weights.cache_root(cfg.cache_dir), rates.weights_key(cfg.model, src.folder))
@@ -297,6 +325,50 @@ class Engine:
         self.stats["stages"].append({"op": "classify", "evaluated": len(rows), "passed": len(rows)})
         return idx, probs
 
+    def render_generate(self, doc: str, prompt: str, partner: str | None = None) -> list[int]:
+        if partner is None:
+            head, tail = self.renderer.generate_parts(prompt)
+            return head + self._ids(doc) + tail
+        head, mid, post = self.renderer.generate_join_parts(prompt)
+        return head + self._ids(doc) + mid + self._ids(partner) + post
+
+    def generate(self, docs, prompt, *, partners=None, max_tokens: int = 128, stop=(),
+                 ignore_eos: bool = False) -> list[str | None]:
+        """One greedy answer per row (see the class docstring); None for a NULL row."""
+        stop = stop_strings(stop)
+        seqs = self.generate_ids(docs, prompt, partners=partners, max_tokens=max_tokens, stop=stop,
+                                 ignore_eos=ignore_eos)
+        return [None if ids is None else cut_at(self._text(ids), stop) for ids in seqs]
+
+    @_serialized
+    def generate_ids(self, docs, prompt, *, partners=None, max_tokens: int = 128, stop=(),
+                     ignore_eos: bool = False) -> list[list[int] | None]:
+        """`generate`'s answers as token ids (the end token left out; with `stop`, up to the token that
+        completed a stop string)."""
+        docs = documents(docs)
+        prompts = [prompt] * len(docs) if isinstance(prompt, str) else _strings(prompt, "prompt")
+        if len(prompts) != len(docs) or (partners is not None and len(partners) != len(docs)):
+            raise ValueError(f"generate needs one prompt and partner per document ({len(docs)} documents)")
+        _check_max_tokens(max_tokens)
+        self.tree.op += 1
+        p_toks = None if partners is None else self._tokenize(documents(partners, "partners"))
+        seqs = generate_seqs(self.renderer, self.fitter, self._tokenize(docs), p_toks, prompts, max_tokens,
+                             stop_strings(stop), ignore_eos)
+        self.decoder.run([s for s in seqs if s is not None])
+        return [None if s is None else s.out for s in seqs]
+
+    @_serialized
+    def extract(self, docs, fields, instruction: str | None = None, *, max_tokens: int = 32) -> list[Extraction | None]:
+        """Per row an `Extraction` of `fields` (name -> Spark JSON type); None for a NULL row."""
+        fields = check_fields(fields)
+        docs = documents(docs)
+        _check_max_tokens(max_tokens)
+        self.tree.op += 1
+        rows = extract_seqs(self.renderer, self.fitter, self.grammars, self._tokenize(docs), fields, instruction,
+                            max_tokens)
+        self.decoder.run([s for r in rows if r is not None for s in r.values()])
+        return [None if r is None else extraction(self.grammars, i, fields, r) for i, r in enumerate(rows)]
+
     @_serialized
     def count_tokens(self, texts) -> list[int]:
         return [0 if t is None else len(t) for t in self._tokenize(documents(texts, "texts"))]
@@ -306,6 +378,7 @@ class Engine:
         self.stats.update({"requested_tokens": 0, "fresh_tokens": 0, "reused_tokens": 0,
                            "kv_regret_tokens": 0, "min_fresh_tokens": 0, "forward_passes": 0,
                            "requests": 0, "wall_s": 0.0, "truncated_rows": 0, "stages": [],
+                           "output_tokens": 0, "decode_steps": 0, "preemptions": 0,
                            **dict.fromkeys(TREE_COUNTERS, 0)})
         self.passes.tree_seen = dict(self.tree.stats)
 
@@ -316,6 +389,9 @@ class Engine:
     def _run(self, reqs, defer: bool = False) -> np.ndarray:
         """Answer-row logits of (prefix, suffix) requests (`Passes.run`)."""
         return self.passes.run(reqs, defer)
+
+    def _text(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
 
     def _ids(self, text: str) -> list[int]:
         """Ids of one document as rendered (no NULL rule: an empty text renders as nothing)."""
@@ -375,3 +451,8 @@ def _strings(xs, what: str) -> list[str]:
         if not isinstance(x, str):
             raise TypeError(f"{what}[{i}] must be a string, got {type(x).__name__}")
     return xs
+
+
+def _check_max_tokens(n) -> None:
+    if not isinstance(n, int) or n < 1:
+        raise ValueError(f"max_tokens must be an integer >= 1, got {n!r}")

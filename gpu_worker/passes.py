@@ -86,6 +86,11 @@ class Passes:
             n.pending += 1
         return node
 
+    def hold(self, node: Node):
+        """Keep the KV of `node` (already inserted) and of its path resident until `unpin`."""
+        for n in node.path():
+            n.pending += 1
+
     def unpin(self, node: Node):
         for n in node.path():
             n.pending -= 1
@@ -145,9 +150,29 @@ class Passes:
         self._count(sum(len(p) + len(s) for p, s in reqs), len(reqs), sched, passes, t0)
         return out
 
-    def _launch(self, sched: Scheduler, out: np.ndarray, t0: float, total: int, hold: bool = False) -> int:
+    def serve(self, ends: list[Node], requested: int, width: int) -> np.ndarray:
+        """Logits [len(ends), width] at the end of each inserted request (width: the vocabulary for a
+        decode's prompts, which then run with the full head), every pass read; counted as `run` does."""
+        t0 = time.time()
+        out = np.zeros((len(ends), width), dtype=np.float32)
+        if not ends:
+            return out
+        with collector_paused():
+            sched = Scheduler(self.tree, ends, self.token_budget, retain=self.share, ctx_budget=self.ctx_budget)
+            try:
+                passes = self._launch(sched, out, t0, len(ends), full=width != self.n_head)
+                self.drain()
+            except BaseException:
+                self._abandon()
+                raise
+            self._count(requested, len(ends), sched, passes, t0)
+        return out
+
+    def _launch(self, sched: Scheduler, out: np.ndarray, t0: float, total: int, hold: bool = False,
+                full: bool = False) -> int:
         """Plans and launches the scheduler's passes; returns how many. hold: stop while the requests
-        left are no more than a pass serves on average (they wait for the next chunk's)."""
+        left are no more than a pass serves on average (they wait for the next chunk's). full: the
+        passes' logits over the whole vocabulary."""
         passes, last_log = 0, t0
         in_flight = self.in_flight
         while not sched.done:
@@ -156,7 +181,7 @@ class Passes:
             jobs = sched.next_pass(0 if in_flight else self.first_jobs)
             if not jobs:
                 raise RuntimeError("scheduler made no progress (a bug): no job could run")
-            in_flight.append((self.runner.run(jobs), out))
+            in_flight.append((self.runner.run(jobs, full), out))
             sched.finish(jobs)  # bookkeeping only: the next pass is planned while this one runs
             passes += 1
             if len(in_flight) > IN_FLIGHT:

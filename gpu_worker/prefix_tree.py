@@ -189,12 +189,16 @@ class PrefixTree:
 
     def allocate(self, n_tokens: int) -> list[int] | None:
         """Slots for n tokens, evicting unpinned leaves (LRU); None if impossible."""
+        return self.pool.allocate(n_tokens) if self.make_room(n_tokens) else None
+
+    def make_room(self, n_tokens: int) -> bool:
+        """Evict unpinned leaves (LRU) until n tokens' pages are free; whether they are."""
         while not self.pool.can_allocate(n_tokens):
             victim = self._pop_victim()
             if victim is None:
-                return None
+                return False
             self.evict(victim)
-        return self.pool.allocate(n_tokens)
+        return True
 
     def trim(self, keep_free: float = 0.25):
         """Evict unpinned leaves, oldest first, until `keep_free` of the pages are free."""

@@ -4,6 +4,9 @@ filter:   <chat pre> DOCUMENT:\\n{doc} | \\n\\n{question}\\nAnswer Yes or No. <c
 join:     <chat pre> DOCUMENT:\\n{anchor} | \\n\\n{question}\\nAnswer Yes or No.\\n\\nDOCUMENT 2:\\n
           | {partner} <chat post>          (only partner + chat post are fresh per pair)
 classify: <chat pre> DOCUMENT:\\n{doc} | \\n\\n{instruction}\\nOptions:\\nA. ...\\nAnswer with the letter. <chat post>
+generate: <chat pre> DOCUMENT:\\n{doc} | \\n\\n{prompt} <chat post>   (the answer is decoded after it; with a
+          partner, the join layout: ... DOCUMENT:\\n{doc} | \\n\\n{prompt}\\n\\nDOCUMENT 2:\\n | {partner} <chat post>)
+extract:  <chat pre> DOCUMENT:\\n{doc} | \\n\\n{instruction}\\nGive the field "{name}" ({type}) ... <chat post>
 
 Each segment is tokenized on its own and the ids are concatenated, so a
 document's ids are the same under every question (static segments and each
@@ -28,6 +31,9 @@ TRUE_WORDS = ("Yes", " Yes", "yes", " yes", "YES", "True", " True", "true", "TRU
 FALSE_WORDS = ("No", " No", "no", " no", "NO", "False", " False", "false", "FALSE")
 LETTERS = string.ascii_uppercase
 CUE = "\nAnswer Yes or No."
+# tokens that end a turn in the chat templates of the supported families (beside the tokenizer's eos)
+END_OF_TURN = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "<|end|>", "</s>")
+EXTRACT_CUE = ('Give the value of the field "{name}" ({type}) as JSON, or null if the document does not say.')
 SEGMENT_CACHE = 4096  # distinct segments kept tokenized
 ENCODE_BATCH = 128  # documents per call of the Rust tokenizer (encode_docs)
 # A longer document is tokenized as pieces of at least this many characters, all in one batched call (the
@@ -244,3 +250,26 @@ class PromptRenderer:
         head = self.pre + self.encode("DOCUMENT:\n")
         tail = self.encode(f"\n\n{instruction}\nOptions:{opts}\nAnswer with the letter of one option.") + self.post
         return head, tail
+
+    def generate_parts(self, prompt: str):
+        """(head, tail) of a generate prompt over one document (the filter layout, no answer cue)."""
+        return self.pre + self.encode("DOCUMENT:\n"), self.encode("\n\n" + prompt) + self.post
+
+    def generate_join_parts(self, prompt: str):
+        """(head, mid, post) of a generate prompt over (document, partner): the join layout."""
+        return self.pre + self.encode("DOCUMENT:\n"), self.encode("\n\n" + prompt + "\n\nDOCUMENT 2:\n"), self.post
+
+    def extract_parts(self, name: str, type_words: str, instruction: str | None = None):
+        """(head, tail) of one extracted field's prompt; the answer is the field's JSON value."""
+        lead = "\n\n" + (instruction + "\n" if instruction else "")
+        return self.pre + self.encode("DOCUMENT:\n"), self.encode(
+            lead + EXTRACT_CUE.format(name=name, type=type_words)) + self.post
+
+    def stop_ids(self) -> list[int]:
+        """Ids that end an answer: the tokenizer's eos and the chat frame's end-of-turn tokens."""
+        out = [] if self.tok.eos_token_id is None else [self.tok.eos_token_id]
+        vocab = self.tok.get_vocab()
+        for t in END_OF_TURN:
+            if t in vocab and vocab[t] not in out:
+                out.append(vocab[t])
+        return out

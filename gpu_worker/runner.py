@@ -96,8 +96,10 @@ class ModelRunner:
             return xs
         return to_device_aligned(xs, self.device)
 
-    def run(self, jobs: list[Job]) -> "Launched":
-        """Launch one pass; its answer-row logits come back through `Launched.wait`.
+    def run(self, jobs: list[Job], full: bool = False, on_device: bool = False) -> "Launched":
+        """Launch one pass; its answer-row logits (full: whole-vocabulary logits) come back through
+        `Launched.wait` (on_device: `Launched.logits` is the device tensor, not copied to the host; a
+        decode step picks its tokens there).
 
         Nothing here waits for the device: the caller reads the logits later,
         after it has prepared and launched the next pass. On a GPU the logits
@@ -108,8 +110,8 @@ class ModelRunner:
         ids, pos, meta, requests = self.build(jobs)
         if hasattr(self.ops, "prepare_meta"):
             self.ops.prepare_meta(meta, self.device)
-        logits = self.model(ids, pos, meta, self.kv, self.ops)
-        if self.device.type != "cuda":
+        logits = self.model(ids, pos, meta, self.kv, self.ops, full=full)
+        if self.device.type != "cuda" or on_device:
             return Launched(logits, None, requests)
         host = torch.empty(logits.shape, dtype=torch.float32, pin_memory=True)
         host.copy_(logits, non_blocking=True)
@@ -151,7 +153,7 @@ class Launched:
         self.logits, self.done, self.requests = logits, done, requests
 
     def wait(self) -> np.ndarray:
-        """Logits [n_out, n_ans] float32 as numpy; blocks until this pass has finished."""
+        """Logits [n_out, n_ans] (or [n_out, vocab]) float32 as numpy; blocks until this pass has finished."""
         if self.done is not None:
             self.done.synchronize()
         return self.logits.float().numpy()

@@ -1,4 +1,4 @@
-"""quail-spark: AI-SQL (ai_if, ai_score, ai_classify, AI joins) on Apache Spark.
+"""quail-spark: AI-SQL (ai_if, ai_score, ai_classify, AI joins; ai_generate, ai_extract, ai_summarize) on Apache Spark.
 
 Two ways in:
 
@@ -19,14 +19,14 @@ Importing this package loads neither torch nor a model.
 
 >>> import quail_spark
 >>> sorted(quail_spark.__all__)  # doctest: +NORMALIZE_WHITESPACE
-['ArrowMapper', 'QuailSession', 'ai_classify', 'ai_if', 'ai_score', 'evaluate', 'install', 'metrics',
- 'spark_conf', 'with_ai_columns']
+['ArrowMapper', 'QuailSession', 'ai_classify', 'ai_extract', 'ai_generate', 'ai_if', 'ai_score', 'ai_summarize',
+ 'evaluate', 'install', 'metrics', 'spark_conf', 'with_ai_columns']
 """
 from __future__ import annotations
 
 from quail_spark.evaluate import evaluate  # the function; the module stays quail_spark.evaluate in sys.modules
 from quail_spark.extension import spark_conf
-from quail_spark.functions import ai_classify, ai_if, ai_score, install
+from quail_spark.functions import ai_classify, ai_extract, ai_generate, ai_if, ai_score, ai_summarize, install
 from quail_spark.mapper import ArrowMapper, with_ai_columns
 from quail_spark.metrics import metrics
 
@@ -39,5 +39,5 @@ def __getattr__(name):
     raise AttributeError(f"module 'quail_spark' has no attribute {name!r}")
 
 
-__all__ = ["ArrowMapper", "QuailSession", "ai_classify", "ai_if", "ai_score", "evaluate", "install", "metrics",
-           "spark_conf", "with_ai_columns"]
+__all__ = ["ArrowMapper", "QuailSession", "ai_classify", "ai_extract", "ai_generate", "ai_if", "ai_score",
+           "ai_summarize", "evaluate", "install", "metrics", "spark_conf", "with_ai_columns"]

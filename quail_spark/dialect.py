@@ -10,7 +10,9 @@ module only rewrites the AI function spellings of other dialects into ours:
   ``AI.SCORE(...)``, ``AI.CLASSIFY(col, categories => ['a', 'b'])``; named
   arguments such as ``connection_id`` are ignored;
 - Snowflake: ``AI_FILTER(PROMPT('...{0}...', col))``, ``AI_CLASSIFY(col, ['a', 'b'])``,
-  hints as ``OBJECT_CONSTRUCT('selectivity', 0.3)``.
+  hints as ``OBJECT_CONSTRUCT('selectivity', 0.3)``;
+- the decode calls ``ai_generate`` / ``ai_extract`` / ``ai_summarize`` in each spelling (BigQuery
+  ``AI.GENERATE``, Snowflake ``AI_COMPLETE`` / ``AI_EXTRACT``): see :mod:`quail_spark.decode_sql`.
 
 Every spelling becomes a call of ``ai_if`` / ``ai_score`` / ``ai_classify``
 whose first argument is a ``{i}`` template over the column arguments that
@@ -26,21 +28,23 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.tokens import TokenType
 
-from gpu_worker.ai_calls import FUNCTIONS, Call, placeholders
+from gpu_worker.ai_calls import DECODE_HINTS, DECODE_KINDS, FUNCTIONS, Call, placeholders
+from quail_spark import decode_sql
 from quail_spark.errors import HintError, TemplateError, UnsupportedSQL
 
 IGNORED_KWARGS = {"connection_id", "endpoint", "model", "model_params", "output_schema"}
 HINT_KEYS = ("selectivity", "anchor", "tokens", "tokens_1", "tokens_2")  # tokens_N: the tokens of argument {N}
+SNOWFLAKE_ONLY = ("ai_complete",)  # Snowflake's spelling of ai_generate (its model argument checked)
 _TOKENS_KEY = re.compile(r"tokens(_[1-9][0-9]*)?$")
 DIALECTS = ("spark", "bigquery", "snowflake")
 
 
-def to_spark(sql: str, dialect: str | None = None) -> tuple[str, tuple]:
+def to_spark(sql: str, dialect: str | None = None, model: str | None = None) -> tuple[str, tuple]:
     """(Spark SQL text, the AI calls in it) of ``sql`` written in ``dialect``.
 
     ``dialect`` None detects BigQuery (``AI.IF(`` ...) and Snowflake (``PROMPT(``,
-    ``OBJECT_CONSTRUCT``, ``[...]`` labels) spellings; Spark SQL text is returned
-    unchanged.
+    ``OBJECT_CONSTRUCT``, ``[...]`` labels, ``AI_COMPLETE``) spellings; Spark SQL text is returned
+    unchanged. ``model``: the installed model, which Snowflake's ``AI_COMPLETE`` must name (None: unchecked).
 
     Examples
     --------
@@ -70,7 +74,7 @@ def to_spark(sql: str, dialect: str | None = None) -> tuple[str, tuple]:
                     with contextlib.suppress(UnsupportedSQL):
                         calls.append(_ai_call(node, name))
                 continue
-            call = _ai_call(node, name)
+            call = _ai_call(node, name, model)
             calls.append(call)
             node.replace(_spark_call(call))
     if dialect == "spark":
@@ -102,17 +106,19 @@ def _detect(sql: str) -> str:
         return "spark"
     calls = [i for i, (t, nxt) in enumerate(zip(toks, toks[1:])) if nxt.token_type == TokenType.L_PAREN]
     names = {toks[i].text.upper() for i in calls}
+    if names & {n.upper() for n in SNOWFLAKE_ONLY}:
+        return "snowflake"
     if not names & {n.upper() for n in FUNCTIONS}:
         return "spark"
     if names & {"PROMPT", "OBJECT_CONSTRUCT"}:
         return "snowflake"
-    for i in (i for i in calls if toks[i].text.upper() == "AI_CLASSIFY"):
+    for i in (i for i in calls if toks[i].text.upper() in ("AI_CLASSIFY", "AI_EXTRACT")):
         depth = 0
         for t in toks[i + 1:]:
             depth += (t.token_type == TokenType.L_PAREN) - (t.token_type == TokenType.R_PAREN)
             if depth == 0:
                 break
-            if depth == 1 and t.token_type == TokenType.L_BRACKET:
+            if depth == 1 and t.token_type in (TokenType.L_BRACKET, TokenType.L_BRACE):
                 return "snowflake"
     return "spark"
 
@@ -120,7 +126,9 @@ def _detect(sql: str) -> str:
 def _ai_name(node) -> str | None:
     if isinstance(node, exp.AIClassify):
         return "ai_classify"
-    if isinstance(node, exp.Anonymous) and node.name.lower() in FUNCTIONS:
+    if isinstance(node, exp.AIGenerate):
+        return "ai_generate"
+    if isinstance(node, exp.Anonymous) and (node.name.lower() in FUNCTIONS or node.name.lower() in SNOWFLAKE_ONLY):
         return node.name.lower()
     return None
 
@@ -146,8 +154,10 @@ def parse_call(expr: str) -> tuple[Call, exp.Expression]:
 def _template_per_row(node) -> bool:
     """A Spark-spelled ai_if / ai_score / ai_classify whose template is an expression (a column of
     questions, a concat): not one Call, but valid Spark SQL (each row's template is rendered)."""
-    if not isinstance(node, exp.Anonymous) or not node.expressions:
+    if not isinstance(node, (exp.Anonymous, exp.AIGenerate)) or not node.expressions:
         return False
+    if FUNCTIONS.get(node.name.lower() if isinstance(node, exp.Anonymous) else "ai_generate") in ("extract", "summarize"):
+        return False  # the column is the document
     first = node.expressions[0]
     if isinstance(first, (exp.Kwarg, exp.Tuple)) or (isinstance(first, exp.Literal) and first.is_string):
         return False
@@ -158,8 +168,8 @@ def _template_per_row(node) -> bool:
     return not isinstance(first, exp.Null)
 
 
-def _ai_call(node, name: str) -> Call:
-    """The Call of one call node in any accepted spelling."""
+def _ai_call(node, name: str, model: str | None = None) -> Call:
+    """The Call of one call node in any accepted spelling (``model``: what AI_COMPLETE must name)."""
     raw = ([node.this, node.args.get("categories"), node.args.get("config")]
            if isinstance(node, exp.AIClassify) else list(node.expressions))
     pos, kw = [], {}
@@ -168,9 +178,14 @@ def _ai_call(node, name: str) -> Call:
             kw[a.this.name.lower()] = a.expression
         else:
             pos.append(a)
-    for key in ("input", "prompt"):
+    for key in ("input", "prompt", "text"):
         if key in kw:
             pos.insert(0, kw.pop(key))
+    if name == "ai_complete":  # Snowflake: AI_COMPLETE(model, PROMPT(...) | text)
+        name, pos = "ai_generate", _completion(pos, kw, model, node)
+    schema = kw.pop("output_schema", None) if name == "ai_generate" else None
+    if name in ("ai_extract", "ai_summarize") or schema is not None:
+        return _decode_call(node, name, pos, kw, schema)
     labels = kw.pop("categories", None)
     unknown = set(kw) - IGNORED_KWARGS
     if unknown:
@@ -184,7 +199,7 @@ def _ai_call(node, name: str) -> Call:
             raise TemplateError(node.sql()[:80], "expected the labels as array('a', 'b', ...)")
         labels = tuple(_label(i, v, labels) for i, v in enumerate(labels.expressions, 1))
     text, args = _template(pos, name, node)
-    hints = _hints(hints)
+    hints = _hints(hints, FUNCTIONS[name])
     position = _anchor_position(dict(hints).get("anchor"), args)
     try:
         return Call.of(name, text, tuple(a.sql(dialect="spark") for a in args), labels or (), hints, position)
@@ -287,21 +302,84 @@ def _literal(node):
     raise UnsupportedSQL("non-literal value", f"{node.sql()[:80]}; expected a literal")
 
 
-def _hints(node) -> tuple:
+def _completion(pos, kw, model, node) -> list:
+    """AI_COMPLETE's arguments after its model (checked): PROMPT(...) as written, another text as '{0}' over it."""
+    if "model" in kw:
+        pos.insert(0, kw.pop("model"))
+    if len(pos) < 2:
+        raise TemplateError(node.sql()[:80], "AI_COMPLETE expected (model, PROMPT(...) or a text)")
+    decode_sql.check_model(_literal(pos[0]) if isinstance(pos[0], exp.Literal) else pos[0].sql(), model, node)
+    first = pos[1]
+    if (isinstance(first, exp.Anonymous) and first.name.lower() == "prompt") or isinstance(first, exp.Tuple):
+        return pos[1:]
+    return [exp.Literal.string("{0}"), *pos[1:]]
+
+
+def _decode_call(node, name: str, pos, kw, schema) -> Call:
+    """ai_extract (ours, Snowflake's AI_EXTRACT, BigQuery's AI.GENERATE with output_schema) or ai_summarize."""
+    fmt = kw.pop("responseformat", None)
+    unknown = set(kw) - IGNORED_KWARGS
+    if unknown:
+        raise UnsupportedSQL(f"argument {sorted(unknown)[0]} => of {name}")
+    hints = pos.pop() if len(pos) > 2 - (fmt is not None) - (schema is not None) and _is_map(pos[-1]) else None
+    instruction = None
+    if schema is not None:  # BigQuery: the prompt over one column; its text is the instruction
+        text, args = _template(pos, name, node)
+        if len(args) != 1:
+            raise TemplateError(text, f"AI.GENERATE with output_schema expected one column, got {len(args)}")
+        instruction = None if text.strip() == "{0}" else Call("if", text, 1).question
+        name, schema = "ai_extract", decode_sql.bigquery_schema(_literal(schema), node)
+    elif name == "ai_extract":
+        if fmt is not None:
+            pos.insert(1, fmt)
+        if len(pos) not in (2, 3):
+            raise TemplateError(node.sql()[:80], "ai_extract expected (column, schema[, instruction][, hint])")
+        if isinstance(pos[1], exp.Struct):
+            schema, instruction = decode_sql.snowflake_format(pos[1], node)
+        else:
+            schema = decode_sql.schema_of(pos[1], node)
+        instruction = _literal(pos[2]) if len(pos) == 3 else instruction
+        args = pos[:1]
+    else:
+        if len(pos) not in (1, 2) or hints is not None:
+            raise TemplateError(node.sql()[:80], "ai_summarize expected (column[, max_words])")
+        args = pos[:1]
+    words = _literal(pos[1]) if name == "ai_summarize" and len(pos) == 2 else None
+    try:
+        return Call.of(name, "{0}", tuple(a.sql(dialect="spark") for a in args), hints=_hints(hints, FUNCTIONS[name]),
+                       schema=schema or "", instruction=instruction, max_words=words)
+    except ValueError as e:
+        raise TemplateError(node.sql()[:80], str(e)) from None
+
+
+def _hints(node, kind: str = "if") -> tuple:
+    """The hint of a call of ``kind``: selectivity, anchor, tokens / tokens_N; a decode call's max_tokens and
+    stop (:data:`gpu_worker.ai_calls.DECODE_HINTS`, which take no selectivity)."""
     if node is None:
         return ()
-    if isinstance(node, exp.VarMap):
-        pairs = zip(node.args["keys"].expressions, node.args["values"].expressions)
+    if isinstance(node, (exp.VarMap, exp.Map)):  # exp.Map: BigQuery's reading of map('k', v)
+        keys, values = (node.args.get(k) for k in ("keys", "values"))
+        pairs = zip(*((x.expressions if isinstance(x, exp.Array) else [x] if x is not None else [])
+                      for x in (keys, values)))
     elif isinstance(node, exp.Anonymous):  # OBJECT_CONSTRUCT('k', v, ...)
         pairs = zip(node.expressions[0::2], node.expressions[1::2])
     else:  # Struct of PropertyEQ / Slice
         pairs = ((e.this, e.expression) for e in node.expressions)
     out = []
+    decode = DECODE_HINTS.get(kind, ())
     for k, v in pairs:
-        key, value = str(_literal(k) if isinstance(k, exp.Literal) else k.name).lower(), _literal(v)
+        key = str(_literal(k) if isinstance(k, exp.Literal) else k.name).lower()
+        value = tuple(_literal(x) for x in v.expressions) if key == "stop" and isinstance(v, exp.Array) else _literal(v)
         tokens = bool(_TOKENS_KEY.match(key))
-        if key not in ("selectivity", "anchor") and not tokens:
-            raise HintError(key, f"unknown hint; expected one of {', '.join(HINT_KEYS)}, ...")
+        known = ("anchor",) + (decode if kind in DECODE_KINDS else ("selectivity",))
+        if key not in known and not tokens:
+            raise HintError(key, f"unknown hint of ai_{kind}; expected one of "
+                                 f"{', '.join(known + ('tokens', 'tokens_1'))}, ...")
+        if key == "max_tokens" and not (_number(value) is not None and _number(value) >= 1
+                                        and float(_number(value)).is_integer()):
+            raise HintError(key, f"expected a whole number of tokens >= 1, got {value!r}")
+        if key == "stop" and not (isinstance(value, str) or all(isinstance(x, str) for x in value)):
+            raise HintError(key, f"expected a string or an array of strings, got {value!r}")
         if key == "selectivity" or tokens:  # numbers, or text that reads as one (as Spark's hint does)
             x = _number(value)
             if key == "selectivity" and not (x is not None and 0.0 <= x <= 1.0):
@@ -324,17 +402,34 @@ def _number(value):
 
 
 def _spark_call(call: Call) -> exp.Expression:
-    """``ai_if('t', a, b[, map(...)])`` / ``ai_classify('t', a, array(...))`` as a sqlglot node."""
+    """``ai_if('t', a, b[, map(...)])`` / ``ai_classify('t', a, array(...))`` / ``ai_extract(a, 'ddl'[, 'i'])`` /
+    ``ai_summarize(a[, n])`` as a sqlglot node."""
     args = [sqlglot.parse_one(a, read="spark") for a in call.args]
-    if not (call.fn == "ai_classify" and call.template == "{0}" and len(args) == 1):
+    if call.fn == "ai_extract":
+        args.append(exp.Literal.string(decode_sql.schema_ddl(call.schema)))
+        if call.instruction is not None:
+            args.append(exp.Literal.string(call.instruction))
+    elif call.fn == "ai_summarize":
+        args += [exp.Literal.number(call.max_words)] if call.max_words is not None else []
+    elif not (call.fn == "ai_classify" and call.template == "{0}" and len(args) == 1):
         args.insert(0, exp.Literal.string(call.template))
     if call.fn == "ai_classify":
         args.append(exp.Array(expressions=[exp.Literal.string(x) for x in call.labels]))
     if call.hints:
-        keys = [exp.Literal.string(k) for k, _ in call.hints]
-        values = [exp.Literal.string(v) if isinstance(v, str) else exp.Literal.number(v) for _, v in call.hints]
-        if len({isinstance(v, str) for _, v in call.hints}) == 1:
-            args.append(exp.VarMap(keys=exp.Array(expressions=keys), values=exp.Array(expressions=values)))
-        else:  # a map's values share one type: Spark's ANSI coercion refuses a number beside a text
-            args.append(exp.Anonymous(this="named_struct", expressions=[x for kv in zip(keys, values) for x in kv]))
+        args.append(_hint_node(call.hints))
     return exp.Anonymous(this=call.fn, expressions=args)
+
+
+def _hint_node(hints) -> exp.Expression:
+    """map('k', v, ...) of one value type, else named_struct (a number beside a text, an array of stop strings)."""
+    def lit(v):
+        if isinstance(v, tuple):
+            return exp.Array(expressions=[exp.Literal.string(x) for x in v])
+        return exp.Literal.string(v) if isinstance(v, str) else exp.Literal.number(v)
+
+    keys, values = [exp.Literal.string(k) for k, _ in hints], [lit(v) for _, v in hints]
+    if len({type(v) if isinstance(v, (str, tuple)) else float for _, v in hints}) == 1 and \
+            not any(isinstance(v, tuple) for _, v in hints):
+        return exp.VarMap(keys=exp.Array(expressions=keys), values=exp.Array(expressions=values))
+    # a map's values share one type: Spark's ANSI coercion refuses a number beside a text
+    return exp.Anonymous(this="named_struct", expressions=[x for kv in zip(keys, values) for x in kv])

@@ -11,7 +11,8 @@ An ``ai_if`` or ``ai_score`` question is scored by its margin (the model's log-o
 yes; ``ai_if`` is TRUE when it is > 0) against a boolean label column: accuracy of
 the answers as given, AUC, and the margin threshold that best separates the classes
 with the accuracy there. An ``ai_classify`` question is compared with a text label
-column: accuracy and per-label counts. Rows whose label is NULL are not asked; a
+column: accuracy and per-label counts. An ``ai_extract`` question is compared field by
+field with label columns: exact match, token F1, rows cut at max_tokens (:meth:`Evaluation.fields`). Rows whose label is NULL are not asked; a
 row whose document is NULL (the one NULL rule) is counted as ``null_results``.
 
 The values come from Spark executors through the bodies of the SQL functions
@@ -54,6 +55,9 @@ def evaluate(data, label, columns: dict, *, model: str = "smollm2-135m", device:
     label : str or dict
         The label column of every question, or ``{question: label column}``. Boolean
         (or 0/1) for ``ai_if`` / ``ai_score``, text for ``ai_classify``; NULL: not asked.
+        An ``ai_extract`` question's label is ``{field: column}``, a struct column, or
+        left out: columns named like the fields; every row is asked, a NULL label
+        meaning the text does not give the field (:mod:`quail_spark.extract_quality`).
     columns : dict
         ``{question: AI expression}`` in the enrichment spec's syntax.
     model, device, **engine
@@ -88,6 +92,13 @@ def evaluate(data, label, columns: dict, *, model: str = "smollm2-135m", device:
     run = {"metrics_dir": session_dir(df.sparkSession)}
     scores, results = {}, []
     for q in questions:
+        if q.column.call.kind == "extract":
+            from quail_spark.extract_quality import score_extract
+
+            figures, scores[q.name] = score_extract(df, q, model, device, engine)
+            results.append({"question": q.name, "expr": q.column.expr, "label": q.label, "kind": "extract",
+                            **figures})
+            continue
         got = _score(df, q, conf, run)
         scores[q.name] = got
         results.append({"question": q.name, "expr": q.column.expr, "label": q.label,
@@ -105,17 +116,20 @@ def questions_of(label, columns: dict, available) -> list:
         label = {name: label for name in columns}
     if not isinstance(label, dict):
         raise SpecError(f"label: expected a column name or {{question: column}}, got {label!r}")
-    missing = [n for n in columns if n not in label]
-    if missing:
-        raise SpecError(f"label: no label column for question(s) {missing}")
     out = []
     for name, expr in columns.items():
         col = parse_column(name, expr)
+        extract = col.call.kind == "extract"  # labelled per field: checked against the struct's fields later
+        if name not in label and not extract:
+            raise SpecError(f"label: no label column for question {name!r}")
         derived = {n for n, _ in col.derived}  # expressions: with_derived resolves them, naming what is missing
-        for c in (label[name], *col.inputs):
+        checked = [label[name]] if not extract else [c for c in [label.get(name)] if isinstance(c, str)]
+        for c in (*checked, *col.inputs):
             if c not in available and c not in derived:
                 raise SpecError(f"question {name!r}: column {c!r} is not in the input ({list(available)})")
-        out.append(Question(col, label[name]))
+        if not extract and not isinstance(label[name], str):
+            raise SpecError(f"question {name!r}: the label is one column's name, got {label[name]!r}")
+        out.append(Question(col, label.get(name)))
     return out
 
 
@@ -152,6 +166,8 @@ def _check_label_types(df, questions) -> None:
 
     types = {f.name: f.dataType for f in df.schema.fields}
     for q in questions:
+        if q.column.call.kind == "extract":
+            continue  # any type: values and labels are compared normalized (extract_quality.normalize)
         t, classify = types[q.label], q.column.call.kind == "classify"
         ok = isinstance(t, T.StringType) if classify else isinstance(t, (T.BooleanType, T.IntegralType))
         if not ok:
@@ -281,20 +297,31 @@ class Evaluation:
 
     COLUMNS = ("question", "kind", "n", "positives", "yes_rate", "accuracy", "auc", "threshold",
                "threshold_p", "accuracy_at_threshold", "null_results")
+    EXTRACT_COLUMNS = ("question", "field", "n", "exact_match", "f1", "label_nulls", "value_nulls", "cut")
 
     def __init__(self, model: str, device: str, results: list, scores: dict):
         self.model, self.device, self.results, self.scores = model, device, results, scores
 
     def table(self) -> pd.DataFrame:
-        """One row per question (``labels`` counts of classify questions are in :attr:`results`)."""
-        t = pd.DataFrame([{k: r.get(k) for k in self.COLUMNS} for r in self.results], columns=list(self.COLUMNS))
+        """One row per yes/no or classify question (``labels`` counts of classify questions are in
+        :attr:`results`; ``ai_extract`` questions are in :meth:`fields`)."""
+        rs = [r for r in self.results if r["kind"] != "extract"]
+        t = pd.DataFrame([{k: r.get(k) for k in self.COLUMNS} for r in rs], columns=list(self.COLUMNS))
         return t.astype({"n": "Int64", "positives": "Int64", "null_results": "Int64"}).set_index("question")
+
+    def fields(self) -> pd.DataFrame:
+        """One row per field of each ``ai_extract`` question: exact match, token F1, NULL labels and
+        values, rows cut at max_tokens (see :mod:`quail_spark.extract_quality`)."""
+        t = pd.DataFrame([{"question": r["question"], "field": f, **m} for r in self.results
+                          if r["kind"] == "extract" for f, m in r["fields"].items()],
+                         columns=list(self.EXTRACT_COLUMNS))
+        return t.set_index(["question", "field"])
 
     def roc(self, question: str) -> tuple:
         """(fpr, tpr) of an ``ai_if`` / ``ai_score`` question (see :func:`roc_curve`)."""
         s = self.scores[question]
         if "margin" not in s:
-            raise ValueError(f"question {question!r} is a classification; it has no ROC curve")
+            raise ValueError(f"question {question!r} is not an ai_if / ai_score question; it has no ROC curve")
         s = s[s["margin"].notna()]
         return roc_curve(s["label"].to_numpy(), s["margin"].to_numpy())
 
@@ -305,8 +332,15 @@ class Evaluation:
         return json.dumps(self.to_dict(), indent=2, default=_plain)
 
     def __str__(self) -> str:
-        lines = [f"model {self.model} on {self.device}",
-                 self.table().to_string(float_format=lambda x: f"{x:.3f}", na_rep="")]
+        fmt = {"float_format": lambda x: f"{x:.3f}", "na_rep": ""}
+        lines = [f"model {self.model} on {self.device}"]
+        if any(r["kind"] != "extract" for r in self.results):
+            lines.append(self.table().to_string(**fmt))
+        for r in (r for r in self.results if r["kind"] == "extract"):
+            lines.append(f"{r['question']}: {r['n']} rows, {r['cut_rows']} cut at max_tokens, "
+                         f"{r['errored_rows']} errored, {r['null_results']} NULL documents")
+        if any(r["kind"] == "extract" for r in self.results):
+            lines.append(self.fields().to_string(**fmt))
         for r in self.results:
             for lab, c in r.get("labels", {}).items():
                 lines.append(f"  {r['question']}: {lab!r}: {c['n']} rows, predicted {c['predicted']}, "
@@ -316,8 +350,9 @@ class Evaluation:
     __repr__ = __str__
 
     def _repr_html_(self) -> str:
-        return (f"<p>model <code>{self.model}</code> on {self.device}</p>"
-                + self.table().to_html(float_format=lambda x: f"{x:.3f}", na_rep=""))
+        fmt = {"float_format": lambda x: f"{x:.3f}", "na_rep": ""}
+        return (f"<p>model <code>{self.model}</code> on {self.device}</p>" + self.table().to_html(**fmt)
+                + (self.fields().to_html(**fmt) if any(r["kind"] == "extract" for r in self.results) else ""))
 
 
 def _plain(x):

@@ -18,6 +18,7 @@ silent fall-back to the CPU ('auto' falls back).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import operator
 import os
@@ -26,6 +27,8 @@ import time
 
 import numpy as np
 import pyarrow as pa
+
+from quail_spark.decode_args import decode_args
 
 GPU_DEVICES = ("cuda", "gpu", "auto")
 
@@ -140,6 +143,26 @@ def udf_score(conf, run, *args):
 def udf_classify(conf, run, *args):
     """Arrow UDF body of ``ai_classify([template,] col0[, ...], array(labels)[, hint])``."""
     return pa.array(_per_template(conf, run, "classify", args), pa.string())
+
+
+def udf_generate(conf, run, *args):
+    """Arrow UDF body of ``ai_generate(template, col0[, col1 ...][, hint])``: the model's greedy text
+    (hint keys ``max_tokens``, default 128, and ``stop``, a string or an array of strings)."""
+    return pa.array(_per_template(conf, run, "generate", args), pa.string())
+
+
+def udf_summarize(conf, run, *args):
+    """Arrow UDF body of ``ai_summarize(col[, max_words])``: a summary of at most max_words (default 50) words."""
+    return pa.array(_per_template(conf, run, "summarize", args), pa.string())
+
+
+def udf_extract(conf, run, *args):
+    """Arrow UDF body of ``quail_extract(col, schema, instruction[, hint])``, which the Spark extension's
+    ``ai_extract`` reads with ``from_json``: per row the JSON object of the schema's fields (``schema`` is
+    Spark's JSON of the struct type; hint key ``max_tokens`` per field, default 32)."""
+    from gpu_worker.ai_calls import as_json
+
+    return pa.array([as_json(x) for x in _per_template(conf, run, "extract", args)], pa.string())
 
 
 def udf_chain(conf, run, spec, doc):
@@ -281,13 +304,13 @@ def udf_eval(conf, run, spec, *args):
     """
     import json
 
-    from gpu_worker.ai_calls import evaluate_together
+    from gpu_worker.ai_calls import FUNCTIONS, as_json, evaluate_together
 
     _check_strings("quail_eval", spec, [])
     calls = json.loads(spec[0].as_py())["calls"]
     items, wheres, places = [], [], []
     for k, c in enumerate(calls):
-        fn = c["fn"].lower()
+        fn = _public(c["fn"])
         for call, rows, values in _parsed(fn, [args[i] for i in c["args"]]):
             items.append((call, values))
             wheres.append(_where(f"{fn} (fused by quail_eval)", rows, call.n_cols, values))
@@ -297,18 +320,30 @@ def udf_eval(conf, run, spec, *args):
         for (k, rows), got in zip(places, evaluate_together(eng, items, wheres)):
             for r, x in zip(rows, got):
                 results[k][r] = x
-    by_kind: dict = {}
+    by_field: dict = {}
     for c, res in zip(calls, results):
-        by_kind.setdefault(_KINDS[c["fn"].lower()], []).append(res)
-    arrays = [pa.array([list(row) for row in zip(*by_kind[kind])] if kind in by_kind else [[]] * len(spec),
-                       pa.list_(t)) for _, kind, t in EVAL_FIELDS]
+        kind = FUNCTIONS[_public(c["fn"])]
+        by_field.setdefault(_FIELD_OF[kind], []).append([as_json(x) for x in res] if kind == "extract" else res)
+    arrays = [pa.array([list(row) for row in zip(*by_field[name])] if name in by_field else [[]] * len(spec),
+                       pa.list_(t)) for name, _, t in EVAL_FIELDS]
     return pa.StructArray.from_arrays(arrays, names=[name for name, _, _ in EVAL_FIELDS])
 
 
-_KINDS = {"ai_if": "if", "ai_filter": "if", "ai_score": "score", "ai_classify": "classify"}
-# quail_eval's struct, as QuailFuseCalls reads it: (field, the kind of call it holds, element type)
-EVAL_FIELDS = (("flags", "if", pa.bool_()), ("scores", "score", pa.float64()), ("labels", "classify", pa.string()))
-EVAL_TYPE = "struct<flags: array<boolean>, scores: array<double>, labels: array<string>>"
+def _public(fn: str) -> str:
+    """The SQL function of a call in a quail_eval spec: ai_extract for its registered UDF (EXTRACT_UDF)."""
+    from gpu_worker.ai_calls import EXTRACT_UDF
+
+    return "ai_extract" if fn.lower() == EXTRACT_UDF else fn.lower()
+
+
+# quail_eval's struct, as QuailFuseCalls reads it: (field, the kinds of call it holds, element type);
+# an ai_extract's element is the JSON text of its object, which the plan's from_json reads
+EVAL_FIELDS = (("flags", ("if",), pa.bool_()), ("scores", ("score",), pa.float64()),
+               ("labels", ("classify",), pa.string()), ("texts", ("generate", "summarize"), pa.string()),
+               ("jsons", ("extract",), pa.string()))
+_FIELD_OF = {kind: name for name, kinds, _ in EVAL_FIELDS for kind in kinds}
+EVAL_TYPE = ("struct<flags: array<boolean>, scores: array<double>, labels: array<string>, texts: array<string>, "
+             "jsons: array<string>>")
 
 
 def _per_template(conf, run, kind: str, args, shown_as: str | None = None, anchor: int | None = None) -> list:
@@ -332,11 +367,14 @@ def _parsed(fn: str, args, shown_as: str | None = None, anchor: int | None = Non
     """The calls of one AI function's Arrow arguments: (Call, rows, column values of those rows)
     per distinct template (and labels); ``shown_as`` names the call in errors (default ``fn``);
     ``anchor`` places that column first when the arguments carry no ``anchor_arg`` hint."""
-    from gpu_worker.ai_calls import is_null
+    from gpu_worker.ai_calls import DECODE_KINDS, FUNCTIONS, is_null
 
-    kind = _KINDS[fn]
+    kind = FUNCTIONS[fn]
     if kind != "classify" and _anchor_arg(args) is not None:
         anchor = _anchor_arg(args)
+    decode = None
+    if kind in DECODE_KINDS:
+        args, decode = decode_args(fn, kind, args)
     args = _strip_hint(args)
     labels = [()] * (len(args[0]) if args else 0)
     if kind == "classify":
@@ -353,16 +391,18 @@ def _parsed(fn: str, args, shown_as: str | None = None, anchor: int | None = Non
     _check_strings(fn, template, cols)
     values = [c.to_pylist() for c in cols]
     # a template read from a column may differ per row; a NULL, empty or blank one gives NULL (the NULL rule)
-    return [(_call(shown_as or fn, kind, text, len(cols), rows, labs, anchor), rows,
+    return [(_call(shown_as or fn, kind, text, len(cols), rows, labs, anchor, decode), rows,
              [[v[r] for r in rows] for v in values])
             for (text, labs), rows in _groups(template.to_pylist(), labels).items() if not is_null(text)]
 
 
-def _call(fn: str, kind: str, text: str, n_cols: int, rows, labels=(), anchor=None):
+def _call(fn: str, kind: str, text: str, n_cols: int, rows, labels=(), anchor=None, decode=None):
     """The Call of a template; a template that does not fit its columns names the first row it came from."""
     from gpu_worker.ai_calls import Call
 
     try:
+        if decode is not None:  # a decode call: its hints, schema, instruction, max_words
+            return dataclasses.replace(Call.of(f"ai_{kind}", text, ["?"] * n_cols, anchor=anchor, **decode), args=())
         return Call(kind, text, n_cols, labels, anchor=anchor)
     except ValueError as e:
         raise ValueError(f"{_where(fn, rows, n_cols)(0)}: {e}") from None

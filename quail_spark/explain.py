@@ -33,6 +33,8 @@ import contextlib
 import io
 import json
 
+from gpu_worker.ai_calls import EXTRACT_UDF
+
 INTERNAL = ("quail_chain(", "quail_join(", "quail_join_score(", "quail_eval(", "quail_match(", "quail_match_score(")
 
 
@@ -147,7 +149,9 @@ def _eval(spec: dict) -> list:
     out = [f"on {spec['doc']} ({_n(spec['rows'])} rows, {spec['rows_source']}; document "
            f"{_n(spec['doc_tokens'])} tokens, {spec['tokens_source']}; cost {_cost(spec['cost'])}):"]
     for k, c in enumerate(spec["calls"]):
-        out.append(f"  {k + 1}. {c['fn']}({c['template']!r}) SoL s per row={c['seconds_per_row']:.3g}")
+        fn = "ai_extract" if c["fn"].lower() == EXTRACT_UDF else c["fn"]
+        decoded = f" output <= {_n(c['output_tokens'])} tokens" if "output_tokens" in c else ""
+        out.append(f"  {k + 1}. {fn}({c['template']!r}){decoded} SoL s per row={c['seconds_per_row']:.3g}")
     return out
 
 

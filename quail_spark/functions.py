@@ -1,4 +1,5 @@
-"""AI functions for Spark SQL: ``ai_if`` (alias ``ai_filter``), ``ai_score``, ``ai_classify``.
+"""AI functions for Spark SQL: ``ai_if`` (alias ``ai_filter``), ``ai_score``, ``ai_classify``, and the decode
+functions ``ai_generate``, ``ai_extract``, ``ai_summarize`` (docs/decode.md).
 
 :func:`install` registers them as Arrow-batched Python UDFs, so any
 ``spark.sql`` query or DataFrame expression can call them, together with the
@@ -34,9 +35,12 @@ from quail_spark import executor
 from quail_spark.extension import EXTENSION_CLASS
 from quail_spark.metrics import session_dir
 
-# name -> (result type, body); the names are the one table of gpu_worker.ai_calls
-BODIES = {"if": executor.udf_if, "score": executor.udf_score, "classify": executor.udf_classify}
-FUNCTIONS = {name: (ai_calls.RESULT_TYPES[kind], BODIES[kind]) for name, kind in ai_calls.FUNCTIONS.items()}
+# name -> (result type, body); the names are the one table of gpu_worker.ai_calls. ai_extract is the Spark
+# extension's function (its type is its schema's struct): from_json over the JSON text of EXTRACT_UDF.
+BODIES = {"if": executor.udf_if, "score": executor.udf_score, "classify": executor.udf_classify,
+          "generate": executor.udf_generate, "summarize": executor.udf_summarize}
+FUNCTIONS = {**{name: (ai_calls.RESULT_TYPES[kind], BODIES[kind]) for name, kind in ai_calls.FUNCTIONS.items()
+                if kind != "extract"}, ai_calls.EXTRACT_UDF: ("string", executor.udf_extract)}
 # made by the optimizer rules only; non-deterministic so that Spark keeps them where the rules put them
 INTERNAL = {name: {"quail_chain": ("boolean", executor.udf_chain), "quail_join": ("boolean", executor.udf_join),
                    "quail_eval": (executor.EVAL_TYPE, executor.udf_eval),
@@ -134,6 +138,42 @@ def ai_score(template: str, *cols, hint: dict | None = None):
     return _call("ai_score", template, cols, hint)
 
 
+def ai_generate(template: str, *cols, hint: dict | None = None):
+    """Column expression ``ai_generate(template, cols...[, hint])`` (after :func:`install`): the model's text.
+    Hint keys: ``max_tokens`` (default 128), ``stop`` (a string or a list of strings).
+
+    >>> df.withColumn("reply", ai_generate("Write a reply to {0}", "body", hint={"max_tokens": 32}))  # doctest: +SKIP
+    """
+    return _call("ai_generate", template, cols, hint)
+
+
+def ai_summarize(col, max_words: int | None = None):
+    """Column expression ``ai_summarize(col[, max_words])`` (after :func:`install`); max_words defaults to 50.
+
+    >>> df.withColumn("gist", ai_summarize("body", 20))   # doctest: +SKIP
+    """
+    from pyspark.sql import functions as F
+
+    return F.call_function("ai_summarize", _col(col), *([F.lit(int(max_words))] if max_words is not None else []))
+
+
+def ai_extract(col, schema, instruction: str | None = None, hint: dict | None = None):
+    """Column expression ``ai_extract(col, schema[, instruction][, hint])`` (after :func:`install`, in a session
+    with the extension): a struct of the schema's fields. ``schema`` is a DDL string ('name STRING, age INT'),
+    a list of field names (STRING fields) or a pyspark StructType. Hint key: ``max_tokens`` per field (32).
+
+    >>> df.select(ai_extract("body", "name STRING, age INT").alias("who"))   # doctest: +SKIP
+    """
+    from pyspark.sql import functions as F
+
+    if isinstance(schema, (list, tuple)):
+        schema_arg = F.array(*[F.lit(str(x)) for x in schema])
+    else:
+        schema_arg = F.lit(schema if isinstance(schema, str) else schema.json())
+    args = [_col(col), schema_arg] + ([F.lit(instruction)] if instruction is not None else [])
+    return F.call_function("ai_extract", *args, *([_hint(hint)] if hint else []))
+
+
 def ai_classify(col, labels, template: str | None = None):
     """Column expression ``ai_classify([template,] col, array(labels))`` (after :func:`install`).
 
@@ -152,11 +192,18 @@ def _call(name: str, template: str, cols, hint):
     if not cols:
         raise TypeError(f"{name} expected at least one document column after the template")
     args = [F.lit(template), *[_col(c) for c in cols]]
-    if hint:
-        numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in hint.values())
-        args.append(F.create_map(*[F.lit(x) for k, v in hint.items()
-                                   for x in (str(k), float(v) if numeric else str(v))]))
-    return F.call_function(name, *args)
+    return F.call_function(name, *args, *([_hint(hint)] if hint else []))
+
+
+def _hint(hint: dict):
+    """A hint dict as a map of literals, or a named_struct where a value is a list (``stop``)."""
+    from pyspark.sql import functions as F
+
+    if any(isinstance(v, (list, tuple)) for v in hint.values()):
+        return F.named_struct(*[x for k, v in hint.items() for x in (
+            F.lit(str(k)), F.array(*[F.lit(str(y)) for y in v]) if isinstance(v, (list, tuple)) else F.lit(v))])
+    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in hint.values())
+    return F.create_map(*[F.lit(x) for k, v in hint.items() for x in (str(k), float(v) if numeric else str(v))])
 
 
 def _col(c):

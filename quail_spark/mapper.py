@@ -38,7 +38,8 @@ class ArrowMapper:
     Attributes
     ----------
     schema : StructType
-        The input columns, then the AI columns in order (boolean, double or string), then
+        The input columns, then the AI columns in order (boolean, double or string; ``ai_extract``:
+        the struct of its schema, a field cut at ``max_tokens`` NULL and named in ``_ai_error``), then
         ``_ai_error`` (string): NULL, or why the row could not be scored (an over-long prompt
         under ``on_overflow='error'``, text that is not UTF-8); the row's neighbours are scored.
 
@@ -64,6 +65,8 @@ class ArrowMapper:
         check_inputs(input_schema, self.columns)
         self.engine_conf = executor.engine_conf(model, executor.session_device(spark, device), **engine)
         self.metrics_dir = session_dir(spark) if spark is not None else None
+        # ai_extract's timestamps without an offset are read in the session's zone, as from_json does
+        self.timezone = spark.conf.get("spark.sql.session.timeZone", "UTC") if spark is not None else "UTC"
         self.schema = StructType([*input_schema.fields,
                                   *[StructField(c.name, _parse_datatype_string(c.result_type)) for c in self.columns],
                                   StructField("_ai_error", StringType())])
@@ -74,7 +77,7 @@ class ArrowMapper:
         from quail_spark.metrics import append, delta, snapshot
 
         eng = executor.get_engine(self.engine_conf)
-        chunks = with_columns_counted(lambda: eng, self.columns, batches)
+        chunks = with_columns_counted(lambda: eng, self.columns, batches, getattr(self, "timezone", "UTC"))
         while True:
             before = snapshot(eng.stats)
             try:

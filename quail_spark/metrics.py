@@ -23,7 +23,7 @@ from pathlib import Path
 BASE_CONF = "spark.quail.metrics.dir"
 SESSION_CONF = "spark.quail.metrics.session_dir"
 COUNTERS = ("requested_tokens", "fresh_tokens", "reused_tokens", "kv_regret_tokens", "forward_passes",
-            "truncated_rows", "errored_rows")
+            "truncated_rows", "errored_rows", "output_tokens", "decode_steps", "preemptions")  # the last 3: decoding
 
 
 def session_dir(spark) -> str:
@@ -45,7 +45,7 @@ def metrics(spark) -> dict:
     -------
     dict
         requested_tokens, fresh_tokens, reused_tokens, kv_regret_tokens,
-        forward_passes, truncated_rows, errored_rows (ints) and stages:
+        forward_passes, truncated_rows, errored_rows, output_tokens, decode_steps, preemptions (ints) and stages:
         ``{"<op>: <question>": {"evaluated": n, "passed": m}}``.
 
     Examples

@@ -60,7 +60,7 @@ class QuailSession:
     def sql(self, text: str, dialect: str | None = None) -> "Query":
         """The query ``text`` (Spark SQL, or ``dialect`` 'bigquery' / 'snowflake'; None detects
         their AI spellings) as a lazy :class:`Query`; Spark analyzes it, no job runs."""
-        spark_text, calls = to_spark(text, dialect)
+        spark_text, calls = to_spark(text, dialect, model=self.model)
         return Query(self, self.spark.sql(spark_text), calls, spark_text)
 
     def estimate(self, text: str, dialect: str | None = None) -> dict:

@@ -136,7 +136,8 @@ class DecoderBody(nn.Module):
 
 
 class DecoderLM(nn.Module):
-    """Embedding, decoder layers, final norm and a head restricted to answer rows."""
+    """Embedding, decoder layers, final norm and a head restricted to answer rows (the whole vocabulary's
+    head for a pass that asks for it: decoding)."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -145,6 +146,7 @@ class DecoderLM(nn.Module):
         if not cfg.tie_embeddings:
             self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         self.head_rows: torch.Tensor | None = None
+        self.head_all: torch.Tensor | None = None  # [vocab, hidden]: full-vocabulary logits (decode passes)
         self.rope: tuple[torch.Tensor, torch.Tensor] | None = None
         self.fp8 = False  # projections in float8 (quantize_fp8)
 
@@ -158,6 +160,7 @@ class DecoderLM(nn.Module):
             layer.mlp.fuse()
         ids = torch.tensor(answer_ids, dtype=torch.long, device=self.head_weight().device)
         self.head_rows = self.head_weight().index_select(0, ids).contiguous()  # [n_ans, hidden]
+        self.head_all = self.head_weight().detach()  # the embedding itself when tied: no copy
         if not self.cfg.tie_embeddings:
             del self.lm_head
         self.rope = rope_table(self.cfg.head_dim, self.cfg.rope_theta, max_position, device)
@@ -184,8 +187,9 @@ class DecoderLM(nn.Module):
         self.fp8 = True
 
     @torch.inference_mode()
-    def forward(self, input_ids, positions, meta, kv, ops):
-        """Answer-row logits at `meta.logit_index`: [n_out, n_answer_ids] float32."""
+    def forward(self, input_ids, positions, meta, kv, ops, full: bool = False):
+        """Answer-row logits at `meta.logit_index`: [n_out, n_answer_ids] float32; full: the whole
+        vocabulary's [n_out, vocab] instead (a decode pass; the same cost elsewhere)."""
         h = self.model.embed_tokens(input_ids)  # [T, hidden]
         layers = self.model.layers
         q8 = self.fp8
@@ -214,7 +218,7 @@ class DecoderLM(nn.Module):
             else:
                 residual = m + residual
         last = ops.rmsnorm(residual, self.model.norm.weight, self.cfg.rms_eps)  # [n_out, hidden]
-        return ops.linear(last, self.head_rows).float()
+        return ops.linear(last, self.head_all if full else self.head_rows).float()
 
 
 def rope_table(head_dim: int, theta: float, max_position: int, device):

@@ -2,7 +2,8 @@
 
 Each input batch holds the key, the referenced input columns and, per AI column
 ``i``, ``__n{i}`` (compute it for this row?), ``__o{i}`` (the value kept from
-the previous output) and ``__h{i}`` (the row's new content hash for it). The
+the previous output) and ``__h{i}`` (the row's new content hash for it), and
+``__oerr`` (the reasons the kept values still have: fields cut at max_tokens). The
 values come from :func:`gpu_worker.ai_columns.evaluate_batch`, the per-batch
 evaluation of ``quail_spark.ArrowMapper`` too (one rendering and NULL rule of
 every path). A row that cannot be scored gets its reason in
@@ -37,6 +38,7 @@ class StagePlan:
     run_id: str = ""
     counters: object = None  # a Spark accumulator (CountersParam): counters of successful tasks
     max_tokens: int = 0  # the spec's budget: the run stops once its tasks requested more (0: none)
+    timezone: str = "UTC"   # the session's: ai_extract's timestamps without an offset are read in it
 
 
 def enrich_task(plan: StagePlan, batches):
@@ -82,8 +84,9 @@ def evaluate_batch(plan: StagePlan, batch: pa.RecordBatch, attempt: int = 0):
     n = batch.num_rows
     need = [batch.column(f"__n{i}").to_pylist() for i in range(len(plan.columns))]
     got = ai_values(lambda: get_engine(plan.engine_conf), plan.columns, batch, need,
-                    None if attempt + 1 < plan.max_failures else _failed(attempt))
+                    None if attempt + 1 < plan.max_failures else _failed(attempt), plan.timezone)
     values, hashes = [], [dict() for _ in range(n)]
+    errors = row_errors(plan.columns, need, got.errors, batch.column("__oerr").to_pylist())
     for i, col in enumerate(plan.columns):
         new_hash = batch.column(f"__h{i}").to_pylist()
         vals = batch.column(f"__o{i}").to_pylist()  # kept from the previous output where not needed
@@ -99,9 +102,24 @@ def evaluate_batch(plan: StagePlan, batch: pa.RecordBatch, attempt: int = 0):
               "computed": sum(any(x[r] for x in need) for r in range(n)),
               "errored": sum(1 for e in got.errors if e)}
     out = pa.RecordBatch.from_arrays(
-        [batch.column(plan.key), *values, got.error_column(), pa.array([hash_text(h) for h in hashes], pa.string())],
+        [batch.column(plan.key), *values, errors, pa.array([hash_text(h) for h in hashes], pa.string())],
         names=[plan.key, *[c.name for c in plan.columns], "_ai_error", "_ai_hash"])
     return out, counts
+
+
+def row_errors(columns, need, computed, previous) -> pa.Array:
+    """``_ai_error`` of each row, in column order: a computed column's reasons (``computed``), a kept
+    column's from the previous output (``previous``: the cut fields its value has, see
+    ``incremental.kept_reasons``)."""
+    out = []
+    for r, (new, old) in enumerate(zip(computed, previous)):
+        old = old.split("; ") if old else []
+        parts = []
+        for i, col in enumerate(columns):
+            mine = f"{col.name}: "
+            parts += [p for p in (new if need[i][r] else old) if p.startswith(mine)]
+        out.append("; ".join(parts) if parts else None)
+    return pa.array(out, pa.string())
 
 
 def _failed(attempt: int):

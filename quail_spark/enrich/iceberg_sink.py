@@ -146,7 +146,11 @@ def _match_schema(txn, arrow) -> None:
     (Iceberg promotes only int -> long and float -> double; every data file is replaced anyway)."""
     import pyarrow as pa
 
-    def plain(t):  # Iceberg reads strings back as large strings
+    def plain(t):  # Iceberg reads strings (and lists) back as large ones, inside structs too
+        if pa.types.is_struct(t):
+            return pa.struct([pa.field(f.name, plain(f.type)) for f in t])
+        if pa.types.is_list(t) or pa.types.is_large_list(t):
+            return pa.list_(plain(t.value_type))
         return pa.string() if pa.types.is_large_string(t) else pa.binary() if pa.types.is_large_binary(t) else t
 
     have = txn.table_metadata.schema().as_arrow()

@@ -22,6 +22,8 @@ Before (previous output with its state, and input)::
 """
 from __future__ import annotations
 
+import functools
+
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -80,7 +82,8 @@ def with_hashes(spec: Spec, prev: DataFrame, state: DataFrame | None) -> DataFra
 
 
 def work_rows(spec: Spec, inp: DataFrame, prev: DataFrame | None, state: DataFrame | None = None) -> DataFrame:
-    """Input rows with ``__h{i}`` (new hash), ``__o{i}`` (previous value), ``__n{i}`` (compute?).
+    """Input rows with ``__h{i}`` (new hash), ``__o{i}`` (previous value), ``__n{i}`` (compute?) and
+    ``__oerr`` (the previous reasons the kept values still have: :func:`kept_reasons`).
 
     ``prev`` holds the previous output rows and ``state`` their (key, ``_ai_hash``).
     """
@@ -90,19 +93,41 @@ def work_rows(spec: Spec, inp: DataFrame, prev: DataFrame | None, state: DataFra
     if prev is None:
         work = hashed.select("*", *[F.lit(None).cast(c.result_type).alias(f"__o{i}")
                                     for i, c in enumerate(spec.columns)],
+                             F.lit(None).cast("string").alias("__oerr"),
                              F.lit(None).cast("map<string,string>").alias("__oldh"))
     else:
         prev = with_hashes(spec, prev, state)
-        ptypes = dict(prev.dtypes)
+        ptypes = {f.name: f.dataType.simpleString() for f in prev.schema.fields}
         old = prev.select(column(key).alias("__k"), *[
-            (column(c.name) if ptypes.get(c.name) == c.result_type else F.lit(None).cast(c.result_type))
+            (column(c.name) if ptypes.get(c.name) == spark_type(c) else F.lit(None).cast(c.result_type))
             .alias(f"__o{i}") for i, c in enumerate(spec.columns)],
+            kept_reasons(spec, prev).alias("__oerr"),
             F.from_json(F.col("_ai_hash"), "map<string,string>").alias("__oldh"))
         work = hashed.join(old, column(key) == F.col("__k"), "left").drop("__k")
     for i, c in enumerate(spec.columns):
         had = F.try_element_at(F.col("__oldh"), F.lit(c.name))
         work = work.withColumn(f"__n{i}", had.isNull() | (had != F.col(f"__h{i}")))
     return work.drop("__oldh")
+
+
+def spark_type(col) -> str:
+    """The simple string of an AI column's Spark type (``struct<name:string,age:int>``), as
+    ``DataType.simpleString`` writes the type of a column read back (a value of another type is not kept)."""
+    from pyspark.sql.types import _parse_datatype_string
+
+    return _parse_datatype_string(col.result_type).simpleString()
+
+
+def kept_reasons(spec: Spec, prev: DataFrame) -> F.Column:
+    """The parts of the previous ``_ai_error`` a kept value still has: the fields of an ai_extract column
+    cut at max_tokens (a value computed whole; the rows and columns that failed have no hash and are
+    recomputed), of the spec's columns; NULL when none."""
+    if "_ai_error" not in prev.columns:
+        return F.lit(None).cast("string")
+    starts = [f"{c.name}: field '" for c in spec.columns if c.call.kind == "extract"]
+    parts = F.filter(F.split(F.col("_ai_error"), "; "),
+                     lambda p: functools.reduce(lambda a, b: a | b, [p.startswith(x) for x in starts], F.lit(False)))
+    return F.when(F.size(parts) > 0, F.array_join(parts, "; "))
 
 
 def needs_any(spec: Spec) -> F.Column:
@@ -117,5 +142,5 @@ def kept_rows(spec: Spec, work: DataFrame) -> DataFrame:
     names = [c.name for c in spec.columns]
     return work.where(~needs_any(spec)).select(
         column(spec.key), *[F.col(f"__o{i}").alias(n) for i, n in enumerate(names)],
-        F.lit(None).cast("string").alias("_ai_error"),
+        F.col("__oerr").alias("_ai_error"),  # NULL, or fields cut at max_tokens in the kept values
         hash_json(names, [F.col(f"__h{i}") for i in range(len(names))]).alias("_ai_hash"))

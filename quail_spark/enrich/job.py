@@ -202,7 +202,8 @@ def stage_plan(spec: Spec, spark, run_id: str, progress_dir: str, counters) -> S
     engine = executor.engine_conf(spec.model, executor.session_device(spark, spec.device), **spec.engine)
     failures = max_task_failures(spark.sparkContext.master, conf.get("spark.task.maxFailures", "4"))
     return StagePlan(engine, spec.key, spec.columns, failures, progress_dir, run_id, counters,
-                     max_tokens=spec.budget.get("max_tokens", 0))
+                     max_tokens=spec.budget.get("max_tokens", 0),
+                     timezone=conf.get("spark.sql.session.timeZone", "UTC"))
 
 
 def ai_rows(spec: Spec, spark, work, input_schema, plan: StagePlan, n_todo: int):

@@ -59,11 +59,64 @@ final class AiCalls {
         return !"false".equalsIgnoreCase(SQLConf.get().getConfString(ENABLED, "true").trim());
     }
 
-    /** A user-visible AI function call (ai_if, ai_filter, ai_score, ai_classify). */
+    /**
+     * The AI functions as install() registers them, by kind: gpu_worker.ai_calls.FUNCTIONS (ai_extract
+     * is {@link AiExtractFunction}: from_json over the registered {@code quail_extract}, EXTRACT_UDF).
+     */
+    static final Map<String, String> KINDS = Map.of("ai_if", "if", "ai_filter", "if", "ai_score", "score",
+        "ai_classify", "classify", "ai_generate", "generate", "ai_summarize", "summarize",
+        AiExtractFunction.UDF, "extract");
+    /** Output tokens a decode call allows when its hint does not say (gpu_worker.ai_calls.DEFAULT_MAX_TOKENS). */
+    static final int GENERATE_TOKENS = 128, FIELD_TOKENS = 32, SUMMARY_WORDS = 50;
+
+    /** A user-visible AI function call (ai_if, ai_filter, ai_score, ai_classify, ai_generate, ai_summarize,
+     * and quail_extract, the call inside ai_extract's from_json). */
     static boolean isAi(Expression e) {
-        if (!(e instanceof PythonUDF)) return false;
-        String n = ((PythonUDF) e).name().toLowerCase(Locale.ROOT);
-        return n.equals("ai_if") || n.equals("ai_filter") || n.equals("ai_score") || n.equals("ai_classify");
+        return kind(e) != null;
+    }
+
+    /** The kind of an AI call (if, score, classify, generate, summarize, extract), else null. */
+    static String kind(Expression e) {
+        if (!(e instanceof PythonUDF)) return null;
+        return KINDS.get(((PythonUDF) e).name().toLowerCase(Locale.ROOT));
+    }
+
+    /** A call that decodes text (ai_generate, ai_summarize, ai_extract's quail_extract). */
+    static boolean isDecode(Expression e) {
+        String k = kind(e);
+        return k != null && (k.equals("generate") || k.equals("summarize") || k.equals("extract"));
+    }
+
+    /**
+     * A decode call's output tokens at most, the cost model's estimate of what it decodes: ai_generate's
+     * max_tokens hint (default 128); ai_summarize's 2 * max_words + 16 (gpu_worker.ai_calls.Call.output_tokens);
+     * ai_extract's fields x the per-field max_tokens (default 32). 0 for the other calls.
+     */
+    static double outputTokens(PythonUDF call) {
+        String k = kind(call);
+        if (k == null) return 0;
+        Double hinted = number(hintsOf(call).get("max_tokens"));
+        List<Expression> args = CollectionConverters.asJava(call.children());
+        switch (k) {
+            case "generate": return hinted != null ? hinted : GENERATE_TOKENS;
+            case "summarize": {
+                Object n = args.size() > 1 && args.get(1).foldable() ? args.get(1).eval(null) : null;
+                return 2.0 * (n instanceof Number ? ((Number) n).doubleValue() : SUMMARY_WORDS) + 16;
+            }
+            case "extract": return extractFields(call) * (hinted != null ? hinted : FIELD_TOKENS);
+            default: return 0;
+        }
+    }
+
+    /** The number of fields of a quail_extract call (its schema argument, Spark's JSON of the struct). */
+    static int extractFields(PythonUDF call) {
+        Expression schema = call.children().apply(1);
+        if (!schema.foldable()) return 1;
+        try {
+            return ((StructType) DataType.fromJson(String.valueOf(schema.eval(null)))).fields().length;
+        } catch (RuntimeException e) {
+            return 1;
+        }
     }
 
     static boolean isPredicate(Expression e) {

@@ -126,6 +126,22 @@ final class AiCost {
         return docCached ? prompts(1, doc, question, ANSWER_IDS) : prompts(1, 0, doc + question, ANSWER_IDS);
     }
 
+    /**
+     * One row of a decode call: its prompt(s) as a filter's (the document computed, or cached when an
+     * earlier call on the row computed it; ai_extract forks one prompt per field from it), then
+     * {@code output} tokens decoded, each a decode step of one token attending to the prompt and the
+     * tokens before it. {@code output}: max_tokens for ai_generate, fields x the per-field max for
+     * ai_extract (an upper bound: decoding stops earlier at the end of an answer).
+     */
+    Cost decode(double docTokens, double questionTokens, boolean docCached, double output, int prompts) {
+        Cost prompt = filter(docTokens, questionTokens, docCached);
+        double ask = SEPARATOR + questionTokens + CUE;
+        if (prompts > 1) prompt = prompt.plus(prompts(prompts - 1, HEADER + docTokens, ask, 0));
+        double context = HEADER + docTokens + ask + output / (2.0 * prompts);
+        Cost steps = prompts(output, context, 1, 0);
+        return new Cost(prompt.requested + output, prompt.fresh + output, prompt.seconds + steps.seconds);
+    }
+
     /** An AI join over anchors x partners: anchor and question once per anchor, partner and cue per pair. */
     Cost join(double anchors, double anchorTokens, double partners, double partnerTokens, double questionTokens) {
         double prefix = head + anchorTokens + joinMid + questionTokens;

@@ -37,9 +37,13 @@ import scala.runtime.BoxedUnit;
  *
  * <p>Hints: {@code selectivity} (a number in [0, 1]), {@code anchor} (checked by
  * {@link QuailAnchorHint}), {@code tokens} and {@code tokens_1}, {@code tokens_2} ... (a
- * positive number of tokens per value of argument {0}, {1}, ...).
+ * positive number of tokens per value of argument {0}, {1}, ...); decode calls take no selectivity:
+ * ai_generate {@code max_tokens} (a whole number >= 1) and {@code stop}, ai_extract {@code max_tokens}
+ * (per field), ai_summarize none (its max_words is argument 2).
  *
- * <p>Arguments: {@code ai_if | ai_filter | ai_score (template, col, ...[, hint])},
+ * <p>Arguments: {@code ai_if | ai_filter | ai_score | ai_generate (template, col, ...[, hint])},
+ * {@code ai_summarize(col[, max_words])}, {@code quail_extract(col, schema, instruction[, hint])} (what
+ * ai_extract builds, {@link AiExtractFunction}),
  * {@code ai_classify(col, labels[, hint])} or {@code ai_classify(template, col, ..., labels[, hint])};
  * a hint is a map or struct, the labels an array.
  */
@@ -66,12 +70,18 @@ final class QuailArgTypes extends AbstractFunction1<LogicalPlan, BoxedUnit> {
     }
 
     static void check(PythonUDF udf) {
-        String name = udf.name().toLowerCase(Locale.ROOT);
+        String kind = AiCalls.kind(udf);
+        String name = kind.equals("extract") ? "ai_extract" : udf.name().toLowerCase(Locale.ROOT);
         List<Expression> args = CollectionConverters.asJava(udf.children());
         int end = args.size();
         if (end > 0 && AiCalls.isHint(args.get(end - 1).dataType())) {
             end--;
-            checkHint(name, args.get(end));
+            checkHint(name, kind, args.get(end));
+        }
+        if (kind.equals("extract")) AiExtractFunction.check(args);
+        if (kind.equals("summarize") || kind.equals("extract")) {
+            checkDecode(name, kind, args.subList(0, end));
+            return;
         }
         int first = 1;
         if (name.equals("ai_classify")) {
@@ -141,20 +151,62 @@ final class QuailArgTypes extends AbstractFunction1<LogicalPlan, BoxedUnit> {
         if (text.size() < 2) throw AiCalls.analysisError("ai_classify: expected at least 2 labels, got " + text);
     }
 
-    private static void checkHint(String name, Expression hint) {
+    /** ai_summarize(col[, max_words]): a text column and a whole number of words >= 1;
+     * quail_extract(col, schema, instruction): a text column (ai_extract checked its schema when built). */
+    private static void checkDecode(String name, String kind, List<Expression> args) {
+        int n = kind.equals("summarize") ? 2 : 3;
+        if (args.isEmpty() || args.size() > n || (kind.equals("extract") && args.size() != 3)) {
+            throw AiCalls.analysisError(name + ": expected " + (kind.equals("summarize") ? "(column[, max_words])"
+                : "(column, schema[, instruction][, hint])") + ", got " + args.size() + " argument(s)"
+                + (args.isEmpty() ? "" : " (" + sqlOf(args) + ")"));
+        }
+        Expression doc = args.get(0);
+        if (!isText(doc.dataType())) {
+            throw AiCalls.analysisError(name + ": argument 1 (" + doc.sql() + ") is " + doc.dataType().sql()
+                + "; a document argument must be a string: write CAST(" + doc.sql() + " AS STRING)");
+        }
+        if (kind.equals("summarize") && args.size() == 2) {
+            Expression w = args.get(1);
+            Object v = w.foldable() ? w.eval(null) : null;
+            if (!(w.dataType() instanceof org.apache.spark.sql.types.IntegralType) || !(v instanceof Number)
+                    || ((Number) v).longValue() < 1) {
+                throw AiCalls.analysisError(name + ": argument 2 (max_words, " + w.sql()
+                    + ") expected a literal whole number >= 1");
+            }
+        }
+    }
+
+    private static void checkHint(String name, String kind, Expression hint) {
         if (!hint.foldable()) return;  // not a hint of literals: the function itself reads it
+        boolean decode = kind.equals("generate") || kind.equals("summarize") || kind.equals("extract");
+        String known = decode ? (kind.equals("generate") ? "max_tokens, stop, anchor, tokens, tokens_1, ..."
+            : kind.equals("extract") ? "max_tokens, tokens" : "none") : "selectivity, anchor, tokens, tokens_1, tokens_2, ...";
         for (Map.Entry<String, String> h : AiCalls.hints(hint).entrySet()) {
             String key = h.getKey(), value = h.getValue();
             Double x = AiCalls.number(value);
             String expected = null;
+            boolean ok = true;
             if (key.equals("selectivity")) {
+                ok = !decode;
                 if (x == null || !(x >= 0.0 && x <= 1.0)) expected = "a number in [0, 1]";
             } else if (key.equals("tokens") || key.matches("tokens_[1-9][0-9]*")) {
+                ok = !kind.equals("summarize");
                 if (x == null || !(x > 0.0) || x.isInfinite()) expected = "a positive number of tokens";
-            } else if (!key.equals("anchor") && !key.equals(QuailAnchorHint.FIELD)
-                    && !key.equals(QuailAiJoinOrder.FIELD) && !key.equals(QuailAiJoinOrder.PRICED)) {
-                throw AiCalls.analysisError(name + ": hint '" + key + "': unknown hint; expected one of "
-                    + "selectivity, anchor, tokens, tokens_1, tokens_2, ...");
+            } else if (key.equals("max_tokens")) {
+                ok = kind.equals("generate") || kind.equals("extract");
+                if (x == null || !(x >= 1.0) || x.isInfinite() || x != Math.rint(x)) {
+                    expected = "a whole number of tokens >= 1";
+                }
+            } else if (key.equals("stop")) {
+                ok = kind.equals("generate");
+            } else {
+                ok = (key.equals("anchor") && !kind.equals("extract") && !kind.equals("summarize"))
+                    || key.equals(QuailAnchorHint.FIELD) || key.equals(QuailAiJoinOrder.FIELD)
+                    || key.equals(QuailAiJoinOrder.PRICED);
+            }
+            if (!ok) {
+                throw AiCalls.analysisError(name + ": hint '" + key + "': unknown hint of " + name
+                    + "; expected one of " + known);
             }
             if (expected != null) {
                 throw AiCalls.analysisError(name + ": hint '" + key + "': expected " + expected + ", got " + value);

@@ -24,7 +24,9 @@ import scala.runtime.BoxedUnit;
  * {@link QuailKeepRepartition} keeps an AI filter above the repartition it was written over; with the
  * rules on, {@link QuailEvaluateOnce} keeps a filter on an AI column from evaluating the call a second
  * time below the projection (and {@link QuailPushBelowAi} still moves relational conjuncts below); one
- * check rule, {@link QuailArgTypes}, refuses a non-string document argument by name.
+ * check rule, {@link QuailArgTypes}, refuses a non-string document argument by name. One function,
+ * {@link AiExtractFunction}: {@code ai_extract}, Spark's from_json over the JSON text of the registered
+ * Python UDF {@code quail_extract}, typed by its schema argument.
  */
 public class QuailExtensions extends AbstractFunction1<SparkSessionExtensions, BoxedUnit> {
 
@@ -56,6 +58,7 @@ public class QuailExtensions extends AbstractFunction1<SparkSessionExtensions, B
             ext.injectOptimizerRule(new Builder<>(rule));
         }
         ext.injectCheckRule(new Builder<scala.Function1<LogicalPlan, BoxedUnit>>(s -> new QuailArgTypes()));
+        ext.injectFunction(AiExtractFunction.description());
         return BoxedUnit.UNIT;
     }
 

@@ -3,7 +3,6 @@ package io.quailspark;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
-import java.util.Locale;
 import java.util.Map;
 
 import org.apache.spark.sql.SparkSession;
@@ -61,7 +60,10 @@ import scala.runtime.AbstractPartialFunction;
  * parses every call as the plain UDF does (the same prompts, each call's NULL
  * rule on its own columns) and asks the questions over one document together,
  * its KV computed once. The struct holds one array per result type (flags,
- * scores, labels), one element per call of that kind in spec order.
+ * scores, labels, texts of ai_generate / ai_summarize, jsons of ai_extract's quail_extract, which
+ * its from_json reads), one element per call of that kind in spec order. Decode calls fuse with the
+ * others over the same document: one ai_extract, one ai_generate and two ai_if over {@code body}
+ * compute {@code body} once per row.
  *
  * quail_eval is non-deterministic (install() registers it so): Spark neither
  * collapses its Project into the node above, nor pushes filters through it, nor
@@ -75,7 +77,7 @@ import scala.runtime.AbstractPartialFunction;
  * stay as they are.
  */
 public class QuailFuseCalls extends AiRule {
-    static final String[] FIELDS = {"flags", "scores", "labels"};
+    static final String[] FIELDS = {"flags", "scores", "labels", "texts", "jsons"};
 
     public QuailFuseCalls(SparkSession session) {
         super(session);
@@ -178,8 +180,13 @@ public class QuailFuseCalls extends AiRule {
 
     /** Field of the struct holding a call's result, by its kind. */
     private static int field(PythonUDF call) {
-        String n = call.name().toLowerCase(Locale.ROOT);
-        return n.equals("ai_score") ? 1 : n.equals("ai_classify") ? 2 : 0;
+        switch (AiCalls.kind(call)) {
+            case "score": return 1;
+            case "classify": return 2;
+            case "generate": case "summarize": return 3;
+            case "extract": return 4;  // the JSON text, which ai_extract's from_json above reads
+            default: return 0;
+        }
     }
 
     /** The evaluations of one node: each group's quail_eval in a Project over a local sort, stacked. */
@@ -206,7 +213,11 @@ public class QuailFuseCalls extends AiRule {
                     spec.append(k > 0 ? ", " : "").append(at);
                 }
                 spec.append("], \"template\": ").append(AiCalls.json(template(call)))
-                    .append(", \"seconds_per_row\": ").append(AiCost.num(est.perRow[i])).append('}');
+                    .append(", \"seconds_per_row\": ").append(AiCost.num(est.perRow[i]));
+                if (AiCalls.isDecode(call)) {
+                    spec.append(", \"output_tokens\": ").append(AiCost.num(AiCalls.outputTokens(call)));
+                }
+                spec.append('}');
                 picks.add(Literal$.MODULE$.apply(perKind[field(call)]++));
             }
             spec.append("], ").append(est.json()).append('}');
@@ -304,7 +315,10 @@ public class QuailFuseCalls extends AiRule {
                     ask += AiCost.docTokens(cols.get(k), child,
                         AiCalls.number(AiCalls.hintsOf(call).get("tokens_" + k))).tokens;
                 }
-                AiCost.Cost one = model.filter(tokens.tokens, ask, i > 0);
+                AiCost.Cost one = AiCalls.isDecode(call)
+                    ? model.decode(tokens.tokens, ask, i > 0, AiCalls.outputTokens(call),
+                        AiCalls.kind(call).equals("extract") ? AiCalls.extractFields(call) : 1)
+                    : model.filter(tokens.tokens, ask, i > 0);
                 perRow[i] = one.seconds;
                 cost = cost.plus(one.times(rows));
             }
@@ -317,12 +331,14 @@ public class QuailFuseCalls extends AiRule {
         }
     }
 
-    /** A call's template (its literal first argument), or "" (ai_classify without one). */
+    /** A call's template (its literal first argument), '{0}' for a call without one (ai_classify(col, labels),
+     * ai_summarize, ai_extract: the document is the question, as gpu_worker.ai_calls.Call reads them), else "". */
     private static String template(PythonUDF call) {
         Expression first = call.children().apply(0);
         Object v = first.foldable() && !AiCalls.isHint(first.dataType()) ? first.eval(null) : null;
         if (v instanceof org.apache.spark.unsafe.types.UTF8String) return v.toString();
-        return field(call) == 2 ? "{0}" : "";  // ai_classify(col, labels): the document is the question
+        String k = AiCalls.kind(call);
+        return k.equals("classify") || k.equals("summarize") || k.equals("extract") ? "{0}" : "";
     }
 
     private static int indexOf(List<Expression> args, Expression e) {

@@ -1,0 +1,276 @@
+"""Greedy decoding with continuous batching over the prefix tree and the paged KV pool.
+
+A sequence's prompt (document first) is prefilled through the scheduler like
+any request, so a document shared by several calls on a row is computed once;
+its end node is pinned (`Passes.hold`) so the scheduler stores its KV. Then
+each decode step is one forward pass of one new token per live sequence,
+attending to its context: the tree's pages down to its node. The sequence's
+generated KV grows in place in a node of its own (a new slot in its last page,
+a new page every PAGE tokens), so a step inserts O(1) tokens and walks no path.
+
+Sequences join (after their prefill) and leave (at an end) between steps, the
+running batch at most `token_budget` sequences. When a new page cannot be had
+(the pool full of pinned KV), the most recently admitted sequence is
+preempted: unpinned, its KV left to the tree's eviction; it rejoins later with
+a prefill of its prompt and the tokens it has generated, which reuses whatever
+of its KV is still resident (counted in `stats["preemptions"]`).
+
+Greedy: argmax of the float32 logits, ties to the lowest id; the grammar's
+mask (extract) sets disallowed tokens to -inf first.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from .kv_pool import PAGE
+from .passes import Passes
+from .prefix_tree import Node
+from .scheduler import Job, base_of
+
+# the logits of a step ([sequences, vocab] float32, on the device and copied to the host) stay under this:
+# the running batch is at most this many bytes' worth of sequences (441 for a 151,936-token vocabulary)
+LOGIT_BYTES = 1 << 29
+
+
+@dataclass(eq=False)
+class Seq:
+    """One decoded answer: its prompt as (prefix, suffix) ids, the tokens chosen so far (`out`, the last
+    one not yet computed while running), the grammar matcher (extract) or stop strings (generate)."""
+
+    prefix: list[int]
+    suffix: list[int]
+    max_tokens: int
+    key: object = None  # what besides the prompt decides the answer (identical sequences run once)
+    label: str = ""  # the row (and field) it answers, for errors
+    matcher: object = None
+    mask: np.ndarray | None = None  # the grammar's allowed tokens at this point, once computed
+    stop: tuple = ()
+    ignore_eos: bool = False
+    out: list[int] = field(default_factory=list)
+    scanned: int = 0  # characters of the answer's text searched for stop strings
+    done: bool = False
+    cut: bool = False  # ended by max_tokens or the model's context, not by an end token
+    node: Node | None = None  # pinned end of the computed KV while running
+    own: Node | None = None  # the node this sequence grows in place (it allocated its pages)
+
+
+class Decoder:
+    """Runs sequences to their end. Holds `Passes` (tree, pool, runner, counters), the vocabulary size,
+    the end ids, the text decoder (stop strings), the grammars (extract) and the context limit."""
+
+    def __init__(self, passes: Passes, vocab: int, stop_ids, decode_text, grammars, limit: int):
+        self.passes, self.vocab, self.stop_ids = passes, vocab, frozenset(stop_ids)
+        self.decode_text, self.grammars, self.limit = decode_text, grammars, limit
+        self.max_seqs = max(1, min(passes.token_budget, LOGIT_BYTES // (8 * vocab)))  # (a pinned host copy too)
+
+    @property
+    def stats(self) -> dict:
+        return self.passes.stats
+
+    def run(self, seqs: list[Seq]):
+        """Decode every sequence (in place: `out`, `cut`); identical sequences are decoded once."""
+        first: dict = {}
+        twins = []
+        for s in seqs:
+            k = (s.key, s.max_tokens, s.stop, s.ignore_eos, tuple(s.prefix), tuple(s.suffix))
+            if k in first:
+                twins.append((s, first[k]))
+            else:
+                first[k] = s
+        waiting, running = deque(first.values()), []
+        try:
+            while waiting or running:
+                if waiting:
+                    self._admit(waiting, running)
+                if running:
+                    self._step(running, waiting)
+        except BaseException:
+            self.passes._abandon()  # the pins of live sequences are not worth undoing one by one
+            raise
+        for s, twin in twins:
+            s.out, s.cut, s.done = list(twin.out), twin.cut, True
+
+    # admission ------------------------------------------------------------------
+    def _admit(self, waiting: deque, running: list):
+        """Prefill waiting sequences while the running batch and the pool have room for them."""
+        p, tree = self.passes, self.passes.tree
+        batch, pages = [], 0  # (growth is not reserved: a sequence short of a page preempts another)
+        while waiting and len(running) + len(batch) < self.max_seqs:
+            s = waiting[0]
+            need = tree.pool.pages_for(len(s.prefix) + len(s.suffix) + len(s.out))
+            if (batch or running) and not tree.make_room((pages + need) * PAGE):
+                break
+            pages += need
+            batch.append(waiting.popleft())
+        ends = []
+        for s in batch:
+            if p.share:
+                at = tree.insert(s.prefix)
+                tree.mark_prefix(at)  # the document: worth keeping for the row's other calls
+            else:  # prefix caching off: a tree of its own, dropped when it ends or is preempted
+                at = tree.insert(s.prefix, at=tree.root(("decode", id(s))))
+            ends.append(tree.insert(s.suffix + s.out, at=at))
+            p.hold(ends[-1])
+        logits = p.serve(ends, sum(len(s.prefix) + len(s.suffix) + len(s.out) for s in batch), self.vocab)
+        back = []
+        for s, end, row in zip(batch, ends, logits):
+            if end.slots is None:  # the pool could not keep its prompt: it waits for room
+                p.unpin(end)
+                if not p.share:
+                    tree.drop_root(("decode", id(s)))
+                back.append(s)
+                continue
+            s.node, s.own = end, None
+            self._choose(s, row)
+            if s.done:
+                self._finish(s)
+            else:
+                running.append(s)
+        if back and not running:
+            raise RuntimeError(f"the KV pool ({p.kv_slots} slots) cannot hold one prompt of "
+                               f"{len(back[0].prefix) + len(back[0].suffix)} tokens and its answer; "
+                               "raise EngineConfig(kv_pool_tokens=...)")
+        waiting.extendleft(reversed(back))
+
+    # one decode step ---------------------------------------------------------------
+    def _step(self, running: list, waiting: deque):
+        """One pass of one token per running sequence (within the pass's context budget)."""
+        p, tree = self.passes, self.passes.tree
+        plan, base_ids, ctx_tokens = [], set(), 0
+        i = 0
+        while i < len(running):
+            s = running[i]
+            base = base_of(s.node)
+            cost = s.node.end - base.end + (0 if id(base) in base_ids else base.end)
+            if plan and ctx_tokens + cost > p.ctx_budget:
+                break  # the rest run next step, first
+            got = self._place(s)
+            while got is None and len(running) > i + 1:
+                self._preempt(running.pop(), waiting)
+                got = self._place(s)
+            if got is None:
+                if i == 0:
+                    raise RuntimeError(f"the KV pool ({p.kv_slots} slots) cannot hold one sequence of "
+                                       f"{s.node.end + 1} tokens; raise EngineConfig(kv_pool_tokens=...)")
+                self._preempt(running.pop(i), waiting)
+                break
+            base_ids.add(id(base))
+            ctx_tokens += cost
+            plan.append((s, *got))
+            i += 1
+        jobs = [Job(s.node, [x], [slot], outputs=[(0, r)]) for r, (s, x, slot, _) in enumerate(plan)]
+        launched = p.runner.run(jobs, full=True, on_device=True)
+        order = launched.requests  # the logits' rows are in the runner's order
+        for r, tok in zip(order, self._argmax([plan[r][0] for r in order], launched.logits)):
+            self._grow(*plan[r])
+            self._take(plan[r][0], tok)
+        running[:] = running[len(plan):] + [s for s, *_ in plan if not s.done]  # those left out go first
+        for s, *_ in plan:
+            if s.done:
+                self._finish(s)
+        st = self.stats
+        for k in ("requested_tokens", "fresh_tokens", "min_fresh_tokens"):
+            st[k] += len(plan)
+        st["forward_passes"] += 1
+        st["decode_steps"] += 1
+        tree.passes += 1
+
+    def _place(self, s: Seq):
+        """(node of the input token, its slot list or None, whether the node is new) for this step, or
+        None when no page is free."""
+        t, n, tree = s.out[-1], s.node, self.passes.tree
+        if s.own is n and not n.children:  # grow in place: the rest of its last page, else a new page
+            nxt = n.slots[-1] + 1
+            slots = [nxt] if nxt % PAGE else tree.allocate(1)
+            return None if slots is None else (Node([t], None, n.end), slots, False)
+        x = tree.insert([t], at=n)  # a node of its own (or one an earlier call left here)
+        slots = None if x.slots is not None else tree.allocate(1)  # resident: computed for its logits only
+        if x.slots is None and slots is None:
+            tree.unlink_upward(x)
+            return None
+        x.pending += 1  # pinned at once (no later allocation of this step evicts it): the pin moves down
+        return x, slots, slots is not None
+
+    def _grow(self, s: Seq, x: Node, slots, fresh_node: bool):
+        n = s.node
+        if x.parent is None:  # grown in place
+            n.tokens.append(x.tokens[0])
+            n.slots.extend(slots)
+            return
+        if fresh_node:
+            self.passes.tree.set_slots(x, slots)
+        s.node, s.own = x, (x if fresh_node else None)
+
+    # tokens ------------------------------------------------------------------------
+    def _argmax(self, seqs: list[Seq], logits: torch.Tensor) -> list[int]:
+        """Greedy tokens of logits [n, vocab] on their device (the first maximum: ties go to the lowest id);
+        a grammar's disallowed tokens at -inf first. Only the ids come back to the host."""
+        masked = [k for k, s in enumerate(seqs) if s.matcher is not None]
+        with torch.inference_mode():
+            if masked:
+                ok = torch.ones(logits.shape, dtype=torch.bool)
+                ok[masked] = torch.from_numpy(np.stack([self._mask(seqs[k]) for k in masked]))
+                logits = logits.masked_fill(~ok.to(logits.device), float("-inf"))
+            return logits.argmax(-1).tolist()
+
+    def _choose(self, s: Seq, logits: np.ndarray):
+        """Greedy choice of the next token from host logits at the sequence's end (after its prefill)."""
+        if s.matcher is not None:
+            logits = np.where(self._mask(s), logits, -np.inf)
+        self._take(s, int(np.argmax(logits)))  # the first maximum: ties go to the lowest id
+
+    def _take(self, s: Seq, tok: int):
+        """The sequence's next token is `tok`: appended, or the end; sets `done` / `cut`."""
+        if s.matcher is not None:
+            if tok == self.grammars.eos and s.matcher.is_accepting():
+                s.done = True
+                return
+            if not s.matcher.consume_token(tok):
+                raise RuntimeError(f"{s.label}: the grammar refused token {tok}: {s.matcher.get_error()}")
+            s.out.append(tok)
+            s.mask = None
+            # finished: nothing can follow, or only the end (its step saved; it counts against max_tokens)
+            s.done = s.matcher.is_stopped() or (len(s.out) < s.max_tokens and s.matcher.is_accepting()
+                                                and self._only_end(s))
+        elif tok in self.stop_ids and not s.ignore_eos:
+            s.done = True
+            return
+        else:
+            s.out.append(tok)
+            if s.stop:  # searched from where a stop string could start in the new text
+                text = self.decode_text(s.out)
+                lo = max(0, s.scanned - max(map(len, s.stop)) + 1)
+                s.done = any(text.find(x, lo) >= 0 for x in s.stop)
+                s.scanned = len(text)
+        if not s.done and (len(s.out) >= s.max_tokens or len(s.prefix) + len(s.suffix) + len(s.out) >= self.limit):
+            s.done = s.cut = True
+
+    def _mask(self, s: Seq) -> np.ndarray:
+        """The tokens the grammar allows next (computed once per token)."""
+        if s.mask is None:
+            s.mask = self.grammars.allowed(s.matcher)
+        return s.mask
+
+    def _only_end(self, s: Seq) -> bool:
+        m = self._mask(s)
+        return bool(m[self.grammars.eos]) and int(np.count_nonzero(m)) == 1
+
+    def _finish(self, s: Seq):
+        self._release(s)
+        self.stats["output_tokens"] += len(s.out)
+
+    def _preempt(self, s: Seq, waiting: deque):
+        self._release(s)
+        self.stats["preemptions"] += 1
+        waiting.appendleft(s)
+
+    def _release(self, s: Seq):
+        """Unpin the sequence's KV (left to eviction; with prefix caching off, dropped)."""
+        self.passes.unpin(s.node)
+        if not self.passes.share:
+            self.passes.tree.drop_root(("decode", id(s)))
+        s.node = s.own = None
