@@ -19,6 +19,8 @@ import os
 import time
 from pathlib import Path
 
+from .config import CACHE_ENV, env
+
 SHORT, LONG, FRESH = 32, 128, 256  # prompt lengths in tokens; fresh tokens per timed call
 WORDS = ("amber", "basil", "cedar", "delta", "ember", "fjord", "gravel", "harbor", "island", "juniper",
          "kettle", "lantern", "meadow", "nickel", "orchard", "pepper", "quarry", "river", "saddle", "timber")
@@ -26,7 +28,7 @@ WORDS = ("amber", "basil", "cedar", "delta", "ember", "fjord", "gravel", "harbor
 
 def root(explicit: str | None = None) -> Path:
     """The cache folder (``weights.cache_root``'s, read without importing torch)."""
-    return Path(explicit or os.environ.get("QUAIL_SPARK_CACHE") or Path.home() / ".cache" / "quail_spark")
+    return Path(explicit or env(CACHE_ENV) or Path.home() / ".cache" / "quail_spark")
 
 
 def path(cache: Path, key: str) -> Path:
