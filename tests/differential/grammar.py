@@ -53,7 +53,7 @@ class Gen:
             base = "w"
         scope = {base[0] if base != "w" else "d": base}
         body = Select([], base, next(iter(scope)))
-        for _ in range(r.choices([0, 1, 2, 3], [3, 5, 3, 1])[0]):
+        for _ in range(r.choices([0, 1, 2, 3], [3, 5, 3, 2])[0]):
             self._join(body, scope)
         visible = {a: t for a, t in scope.items() if a not in self.hidden}
         body.where = [self.pred(visible) for _ in range(r.choices([0, 1, 2], [3, 4, 2])[0])]
@@ -94,14 +94,15 @@ class Gen:
         self.tags.add(ctx)
         if sum(1 for j in body.joins if j.kind == "JOIN") >= 2 and kind == "JOIN":
             self.tags.add("three_inner")
-        left = self.r.choice(list(scope))
-        on = [self.join_pred(scope, alias, table, left, ctx)]
+        scope_in = {a: t for a, t in scope.items() if a not in self.hidden}  # a semi join's right side is gone
+        left = self.r.choice(list(scope_in))
+        on = [self.join_pred(scope_in, alias, table, left, ctx)]
         if r.random() < 0.5 and "k" in ints(table) and "k" in ints(scope[left]):
             on.append(s(f"{left}.k = {alias}.k"))
         if r.random() < 0.3:
             on.append(self.pred({alias: table}, ctx=ctx, ai=False))
         if r.random() < 0.2:
-            on.append(self.join_pred(scope, alias, table, r.choice(list(scope)), ctx))
+            on.append(self.join_pred(scope_in, alias, table, r.choice(list(scope_in)), ctx))
         r.shuffle(on)
         body.joins.append(Join(kind, table, alias, on))
         scope[alias] = table
