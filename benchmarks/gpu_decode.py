@@ -1,0 +1,214 @@
+"""GENERATE and EXTRACT (DESIGN.md, Workloads) through the engine's public text API, with the run's own
+decode speed of light and transformers' batched `generate` on a sample of the same prompts.
+
+Yardsticks, measured in the same run: HBM bandwidth (a device-to-device copy, bytes read + written)
+and the dense bf16 matmul rate. Speed of light of a decode workload (DESIGN.md, Speed of light): the
+prefill's FLOPs at the matmul rate, plus, per decode step, the larger of (bytes read: the linear
+weights and the output head once, every live sequence's KV) / bandwidth and (FLOPs) / matmul rate,
+summed over the steps the engine ran at the batch it ran (output_tokens / decode_steps live
+sequences on average, each attending to its prompt and half its output on average).
+
+    PYTHONPATH=.:benchmarks python3 benchmarks/gpu_decode.py --tokenizer .cache/tok --commit C --out $OUT
+    PYTHONPATH=.:benchmarks python benchmarks/gpu_decode.py --smoke --out /tmp/smoke   # CPU, tiny model
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_bench import matmul_rate, sync  # noqa: E402
+from public_bench import Words  # noqa: E402
+
+from gpu_worker import Engine, EngineConfig  # noqa: E402
+
+log = logging.getLogger("gpu_decode")
+FULL = {"gen_prompts": 4096, "gen_words": 200, "gen_tokens": 128, "hf_sample": 384, "hf_batch": 128,
+        "ext_docs": 2048, "ext_words": 1000, "ext_fields": 8, "ext_tokens": 24}
+SMOKE = {"gen_prompts": 12, "gen_words": 20, "gen_tokens": 8, "hf_sample": 8, "hf_batch": 4,
+         "ext_docs": 4, "ext_words": 30, "ext_fields": 3, "ext_tokens": 8}
+FIELDS = {"name": "string", "age": "integer", "city": "string", "date": "date", "amount": "double",
+          "employer": "string", "married": "boolean", "tags": {"type": "array", "elementType": "string",
+                                                               "containsNull": True}}
+
+
+def copy_bandwidth(dev, gib: float = 4.0, reps: int = 10) -> float:
+    """Device-to-device copy, bytes read + written per second (median of `reps`)."""
+    if dev.type != "cuda":
+        return float("nan")
+    n = int(gib * 2**30) // 2
+    a = torch.randn(n, device=dev, dtype=torch.bfloat16)
+    b = torch.empty_like(a)
+    times = []
+    for i in range(reps + 2):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        b.copy_(a)
+        e.record()
+        e.synchronize()
+        if i >= 2:
+            times.append(s.elapsed_time(e) / 1e3)
+    del a, b
+    return 2 * n * 2 / float(np.median(times))
+
+
+def decode_sol(mcfg, st, prompt_tokens: float, bw: float, rate: float, bytes_per: int) -> dict:
+    """Speed-of-light seconds of a run's prefill (fresh tokens) and decode steps (see the module doc)."""
+    L, nq, d = mcfg.num_layers, mcfg.num_heads, mcfg.head_dim
+    head = mcfg.vocab_size * mcfg.hidden_size
+    kv_tok = 2 * L * mcfg.num_kv_heads * d * bytes_per
+    steps = max(1, st["decode_steps"])
+    batch = st["output_tokens"] / steps  # live sequences per step, on average
+    ctx = prompt_tokens + st["output_tokens"] / max(1, st.get("sequences", 1)) / 2
+    prefill = st["fresh_tokens"] - st["output_tokens"]
+    pf_flops = 2 * mcfg.linear_params * prefill + 4 * L * nq * d * prefill * prompt_tokens / 2
+    step_bytes = (mcfg.linear_params + head) * bytes_per + batch * ctx * kv_tok
+    step_flops = batch * (2 * (mcfg.linear_params + head) + 4 * L * nq * d * ctx)
+    per_step = max(step_bytes / bw, step_flops / (rate * 1e12))
+    return {"prefill_sol_s": pf_flops / (rate * 1e12), "decode_sol_s": steps * per_step,
+            "sol_s": pf_flops / (rate * 1e12) + steps * per_step, "batch": batch, "ctx": ctx,
+            "step_bytes": step_bytes, "step_flops": step_flops,
+            "step_bound": "bytes" if step_bytes / bw >= step_flops / (rate * 1e12) else "flops"}
+
+
+def timed(eng, dev, fn):
+    eng.reset_stats()
+    sync(dev)
+    t0 = time.perf_counter()
+    out = fn()
+    sync(dev)
+    wall = time.perf_counter() - t0
+    st = {k: v for k, v in eng.stats.items() if k != "stages"}
+    st["wall_s"] = wall
+    return out, st
+
+
+def hf_generate(eng, dev, prompts: list[list[int]], new_tokens: int, batch: int) -> dict:
+    """transformers' batched greedy `generate` (sdpa, static cache, left padding) on the engine's weights."""
+    import bench_hf
+
+    model = bench_hf.hf_model(eng)
+    emb = model.model.embed_tokens.weight
+    model.lm_head = torch.nn.Linear(emb.shape[1], emb.shape[0], bias=False, device=dev, dtype=emb.dtype)
+    model.lm_head.weight = emb
+    pad = eng.tokenizer.pad_token_id if eng.tokenizer.pad_token_id is not None else 0
+    walls, made = [], 0
+    for lo in range(0, len(prompts), batch):
+        group = prompts[lo:lo + batch]
+        width = max(map(len, group))
+        ids = torch.tensor([[pad] * (width - len(p)) + p for p in group], device=dev)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in group], device=dev)
+        kw = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
+                  cache_implementation="static", pad_token_id=pad)
+        if lo == 0:  # the first batch warms up (static cache set-up, any compilation): not timed
+            model.generate(input_ids=ids, attention_mask=mask, **kw)
+            continue
+        sync(dev)
+        t0 = time.perf_counter()
+        out = model.generate(input_ids=ids, attention_mask=mask, **kw)
+        sync(dev)
+        walls.append(time.perf_counter() - t0)
+        made += (out.shape[1] - width) * len(group)
+    del model
+    return {"prompts": len(prompts) - batch, "output_tokens": made, "wall_s": sum(walls),
+            "output_tok_s": made / sum(walls)}
+
+
+def generate(args, eng, dev, sz, bw, rate, res):
+    w = Words(eng.tokenizer, 51)
+    docs = w.texts(sz["gen_prompts"], lambda: int(w.rng.integers(sz["gen_words"] * 3 // 4,
+                                                                  sz["gen_words"] * 5 // 4)))
+    prompt = "Continue this text."
+    eng.generate(docs[:8], prompt, max_tokens=4, ignore_eos=True)  # warm-up (kernels, first-call products)
+    outs, st = timed(eng, dev, lambda: eng.generate(docs, prompt, max_tokens=sz["gen_tokens"], ignore_eos=True))
+    st["sequences"] = len(docs)
+    assert all(o is not None for o in outs)
+    p_tok = (st["requested_tokens"] - st["output_tokens"]) / len(docs)
+    st.update(decode_sol(eng.model_config, st, p_tok, bw, rate, eng.rt.dtype.itemsize))
+    st["output_tok_s"] = st["output_tokens"] / st["wall_s"]
+    st["pct_sol"] = 100 * st["sol_s"] / st["wall_s"]
+    res["GENERATE"] = st
+    if args.hf:
+        head, tail = eng.renderer.generate_parts(prompt) if hasattr(eng.renderer, "generate_parts") else ([], [])
+        ids = [head + eng.renderer.encode_docs([d])[0] + tail for d in docs[:sz["hf_sample"]]]
+        hf = hf_generate(eng, dev, ids, sz["gen_tokens"], sz["hf_batch"])
+        res["GENERATE_hf"] = hf
+        st["vs_hf"] = st["output_tok_s"] / hf["output_tok_s"]
+    log.info("GENERATE %s", {k: st[k] for k in ("wall_s", "output_tok_s", "pct_sol") if k in st})
+
+
+def extract(args, eng, dev, sz, bw, rate, res):
+    w = Words(eng.tokenizer, 61)
+    docs = w.texts(sz["ext_docs"], sz["ext_words"])
+    fields = dict(list(FIELDS.items())[:sz["ext_fields"]])
+    eng.extract(docs[:2], fields, max_tokens=4)
+    outs, st = timed(eng, dev, lambda: eng.extract(docs, fields, max_tokens=sz["ext_tokens"]))
+    st["sequences"] = len(docs) * len(fields)
+    done = [o for o in outs if o is not None]
+    st["answers"] = len(done) * len(fields)
+    st["cut"] = sum(len(o.cut) for o in done)
+    st["parsed"] = all(json.loads(o.to_json()) is not None for o in done)
+    p_tok = (st["requested_tokens"] - st["output_tokens"]) / st["sequences"]
+    st.update(decode_sol(eng.model_config, st, p_tok, bw, rate, eng.rt.dtype.itemsize))
+    st["output_tok_s"] = st["output_tokens"] / st["wall_s"]
+    st["pct_sol"] = 100 * st["sol_s"] / st["wall_s"]
+    res["EXTRACT"] = st
+    log.info("EXTRACT %s", {k: st[k] for k in ("wall_s", "output_tok_s", "pct_sol", "kv_regret_tokens")})
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="qwen3-4b-random")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--tokenizer", default=None)
+    ap.add_argument("--quantize", default=None)
+    ap.add_argument("--sections", default="GENERATE,EXTRACT")
+    ap.add_argument("--no-hf", dest="hf", action="store_false")
+    ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--commit", default="unknown")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--name", default=None)
+    ap.add_argument("--size", action="append", default=[], metavar="KEY=N",
+                    help="override one size (e.g. ext_docs=256); the results file records the sizes run")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    if args.smoke:
+        args.model, args.device = "tiny-qwen3-random", "cpu"
+    sz = dict(SMOKE if args.smoke else FULL)
+    for kv in args.size:
+        k, v = kv.split("=")
+        if k not in sz:
+            raise SystemExit(f"--size {kv}: expected one of {sorted(sz)}")
+        sz[k] = int(v)
+    eng = Engine(EngineConfig(model=args.model, device=args.device, tokenizer=args.tokenizer,
+                              quantize=args.quantize))
+    dev = eng.rt.device
+    bw, rate = copy_bandwidth(dev), matmul_rate(dev)
+    if dev.type != "cuda":
+        bw = 20e9  # a CPU's order of magnitude: the smoke run checks the script, not a figure
+    res = {"commit": args.commit, "model": args.model, "quantize": args.quantize, "device": str(dev),
+           "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else None,
+           "copy_bytes_per_s": bw, "matmul_tflops": rate, "load_s": eng.load_s, "sizes": sz}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    name = args.name or f"decode_{args.quantize or 'bf16'}.json"
+    for sec in args.sections.split(","):
+        try:
+            {"GENERATE": generate, "EXTRACT": extract}[sec](args, eng, dev, sz, bw, rate, res)
+        except Exception as e:  # a section's failure is recorded; the next still runs
+            log.exception("%s failed", sec)
+            res[sec] = {"error": f"{type(e).__name__}: {e}"}
+        (out / name).write_text(json.dumps(res, indent=1, default=str))
+    print(json.dumps({k: {kk: v.get(kk) for kk in ("wall_s", "output_tok_s", "pct_sol", "vs_hf", "error")}
+                      for k, v in res.items() if isinstance(v, dict) and k.isupper()}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
