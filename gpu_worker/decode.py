@@ -56,6 +56,8 @@ class Seq:
     cut: bool = False  # ended by max_tokens or the model's context, not by an end token
     node: Node | None = None  # pinned end of the computed KV while running
     own: Node | None = None  # the node this sequence grows in place (it allocated its pages)
+    ctx: np.ndarray | None = None  # int64 slots of the KV down to `node` ([:n_ctx]; one slot appended a step)
+    n_ctx: int = 0
 
 
 class Decoder:
@@ -125,6 +127,8 @@ class Decoder:
                 back.append(s)
                 continue
             s.node, s.own = end, None
+            flat = [x for n in end.path() for x in n.slots]
+            s.ctx, s.n_ctx = np.array(flat + [0] * max(len(flat), 64), dtype=np.int64), len(flat)
             self._choose(s, row)
             if s.done:
                 self._finish(s)
@@ -162,7 +166,8 @@ class Decoder:
             ctx_tokens += cost
             plan.append((s, *got))
             i += 1
-        jobs = [Job(s.node, [x], [slot], outputs=[(0, r)]) for r, (s, x, slot, _) in enumerate(plan)]
+        jobs = [Job(s.node, [x], [slot], outputs=[(0, r)], ctx_flat=torch.from_numpy(s.ctx[:s.n_ctx]))
+                for r, (s, x, slot, _) in enumerate(plan)]  # (views: a step only appends past n_ctx)
         launched = p.runner.run(jobs, full=True, on_device=True)
         order = launched.requests  # the logits' rows are in the runner's order
         for r, tok in zip(order, self._argmax([plan[r][0] for r in order], launched.logits)):
@@ -196,6 +201,10 @@ class Decoder:
         return x, slots, slots is not None
 
     def _grow(self, s: Seq, x: Node, slots, fresh_node: bool):
+        if s.n_ctx == len(s.ctx):
+            s.ctx = np.concatenate([s.ctx, np.zeros_like(s.ctx)])
+        s.ctx[s.n_ctx] = (slots if slots is not None else x.slots)[0]  # the new token's KV joins the context
+        s.n_ctx += 1
         n = s.node
         if x.parent is None:  # grown in place
             n.tokens.append(x.tokens[0])
@@ -273,4 +282,4 @@ class Decoder:
         self.passes.unpin(s.node)
         if not self.passes.share:
             self.passes.tree.drop_root(("decode", id(s)))
-        s.node = s.own = None
+        s.node = s.own = s.ctx = None

@@ -79,7 +79,9 @@ class ModelRunner:
     def _context_slots(job, base, cache) -> torch.Tensor:
         """int64 slots of the job's context (host): its base's (an anchor's, converted once per pass for
         all the groups below it) and then the nodes between. A context (partly) stored by this pass
-        names its nodes' slots in the job."""
+        names its nodes' slots in the job; a decode step's job brings them flat (`Job.ctx_flat`)."""
+        if job.ctx_flat is not None:
+            return job.ctx_flat
         ctx = job.ctx
         per_node = job.ctx_slots if job.ctx_slots is not None else [n.slots for n in ctx.path()]
         k = len(base.path())  # the nodes down to the base (it is on the context's path)

@@ -42,6 +42,7 @@ class Job:
     outputs: list[tuple[int, int]] = field(default_factory=list)  # (token offset, request)
     optional: set[int] = field(default_factory=set)  # indices of nodes stored with no pending user
     ctx_slots: list[list[int]] | None = None  # slots of each context node (root down), when some are stored in this pass
+    ctx_flat: object = None  # int64 host tensor of the whole context's slots, kept up to date by the caller (decode)
 
     @property
     def start(self) -> int:

@@ -184,3 +184,26 @@ def test_check_fields_needs_no_torch_and_names_the_field():
             "try:\n  check_fields({'a': 'string', 'm': {'type': 'map', 'keyType': 'string', 'valueType': 'long'}})\n"
             "except ValueError as e:\n  assert \"field 'm'\" in str(e), e\nelse:\n  raise SystemExit('no error')")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_sequences_flat_context_follows_its_kv_through_growth_and_preemption(qwen):
+    """Each decode step reads a running sequence's context from the slots it keeps (one appended a step):
+    they equal the slots of the tree's path down to its node before every step, preempted or not."""
+    eng, _ = qwen
+    dec, step = eng.decoder, eng.decoder._step
+    checked = []
+
+    def checking(running, waiting):
+        for s in running:
+            want = [x for n in s.node.path() for x in n.slots]
+            assert s.ctx[:s.n_ctx].tolist() == want, f"{s.label}: flat context differs from the tree's path"
+            checked.append(s.n_ctx)
+        return step(running, waiting)
+    dec._step = checking
+    try:
+        eng.reset_stats()
+        rows = [(d, p) for d in _docs(20) for p in PROMPTS]  # as above: the pool preempts
+        eng.generate_ids([d for d, _ in rows], [p for _, p in rows], max_tokens=MAX, ignore_eos=True)
+    finally:
+        del dec._step
+    assert eng.stats["preemptions"] > 0 and len(checked) > 60 * 4
