@@ -119,8 +119,9 @@ class Engine:
         # frees its KV pool at once rather than at the next full garbage collection
         self.chunks = DocumentChunks(self.renderer.encode_batch, self.rt.token_budget)
         self.grammars = Grammars(self.tokenizer, src.config.vocab_size)  # llguidance loaded on first extract
-        self.decoder = Decoder(self.passes, src.config.vocab_size, self.renderer.stop_ids(), self._text,
-                               self.grammars, self.rt.max_position)
+        # the tokenizer's decoding as a function, not a bound method: no reference cycle (see `chunks` above)
+        self.decoder = Decoder(self.passes, src.config.vocab_size, self.renderer.stop_ids(),
+                               functools.partial(_decode_text, self.tokenizer), self.grammars, self.rt.max_position)
         self.reset_stats()
         if cfg.measure_rate:  # once per (model, device, dtype): the planner's rates (the stats reset below)
             rates.measure(self, weights.cache_root(cfg.cache_dir), rates.weights_key(cfg.model, src.folder))
@@ -391,7 +392,7 @@ class Engine:
         return self.passes.run(reqs, defer)
 
     def _text(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
+        return _decode_text(self.tokenizer, ids)
 
     def _ids(self, text: str) -> list[int]:
         """Ids of one document as rendered (no NULL rule: an empty text renders as nothing)."""
@@ -442,6 +443,10 @@ class Engine:
             ok = ~np.isnan(col)
             self.stats["stages"].append({"op": op, "question": q, "evaluated": int(ok.sum()),
                                          "passed": int((col[ok] > 0).sum())})
+
+def _decode_text(tokenizer, ids: list[int]) -> str:
+    return tokenizer.decode(ids, skip_special_tokens=True)
+
 
 def _strings(xs, what: str) -> list[str]:
     if isinstance(xs, str):

@@ -184,7 +184,7 @@ def test_the_first_pass_after_an_idle_device_holds_at_most_first_jobs(eng256):
     want_j, want_f = e.join(anchors, partners, JQ), e.filter(docs, [Q])
     sizes: list[int] = []
     run = e.runner.run
-    e.runner.run = lambda jobs: sizes.append(len(jobs)) or run(jobs)
+    e.runner.run = lambda jobs, *a, **kw: sizes.append(len(jobs)) or run(jobs, *a, **kw)
     try:
         e.passes.first_jobs = 5
         e._new_tree()  # nothing resident: every job computed again
