@@ -75,4 +75,5 @@ def test_the_help_lists_the_exit_codes(capsys):
         main(["enrich", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "exit status: 0 done; 1 rows errored under --fail-on-error" in text
-    assert "2 bad spec or input; 3 another run holds the output; 4 internal error" in text
+    assert "2 bad spec or input, or the estimate exceeds the spec's budget (nothing ran)" in text
+    assert "3 another run holds the output; 4 internal error, or the run passed the spec's budget" in text
