@@ -41,7 +41,7 @@ def measure(spark, query, on: bool) -> dict:
     before = quail_spark.metrics(spark)
     (spark.sql(query) if isinstance(query, str) else query()).collect()
     after = quail_spark.metrics(spark)
-    return {k: after[k] - before[k] for k in after if k != "stages"}
+    return {k: after[k] - before[k] for k in after if k not in ("stages", "ops")}  # (ops: per operator)
 
 
 @pytest.fixture(scope="module")
