@@ -25,7 +25,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_bench import matmul_rate, sync  # noqa: E402
-from public_bench import Words  # noqa: E402
+from public_bench import Words, timed  # noqa: E402
 
 from gpu_worker import Engine, EngineConfig  # noqa: E402
 
@@ -76,18 +76,6 @@ def decode_sol(mcfg, st, prompt_tokens: float, bw: float, rate: float, bytes_per
             "sol_s": pf_flops / (rate * 1e12) + steps * per_step, "batch": batch, "ctx": ctx,
             "step_bytes": step_bytes, "step_flops": step_flops,
             "step_bound": "bytes" if step_bytes / bw >= step_flops / (rate * 1e12) else "flops"}
-
-
-def timed(eng, dev, fn):
-    eng.reset_stats()
-    sync(dev)
-    t0 = time.perf_counter()
-    out = fn()
-    sync(dev)
-    wall = time.perf_counter() - t0
-    st = {k: v for k, v in eng.stats.items() if k != "stages"}
-    st["wall_s"] = wall
-    return out, st
 
 
 def hf_generate(eng, dev, prompts: list[list[int]], new_tokens: int, batch: int) -> dict:
