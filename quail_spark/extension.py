@@ -26,6 +26,9 @@ EXTENSION_CLASS = "io.quailspark.QuailExtensions"
 SOURCES = Path(__file__).parent / "java"
 
 
+DAEMON_MODULE = "quail_spark.worker_daemon"
+
+
 def spark_conf() -> dict:
     """SparkSession builder settings that enable the quail-spark optimizer rules.
 
@@ -41,8 +44,11 @@ def spark_conf() -> dict:
     -------
     dict
         ``spark.jars`` (the built jar), ``spark.sql.extensions``
-        (``io.quailspark.QuailExtensions``) and ``spark.pyspark.python`` (the
-        interpreter the Python workers run).
+        (``io.quailspark.QuailExtensions``), ``spark.pyspark.python`` (the
+        interpreter the Python workers run) and ``spark.python.daemon.module``
+        (``quail_spark.worker_daemon``: pyspark's daemon with torch and the engine
+        imported before it forks workers, so a new worker starts in milliseconds
+        instead of seconds).
 
     Examples
     --------
@@ -54,7 +60,7 @@ def spark_conf() -> dict:
     >>> spark = builder.getOrCreate()                    # doctest: +SKIP
     """
     return {"spark.jars": str(jar_path()), "spark.sql.extensions": EXTENSION_CLASS,
-            "spark.pyspark.python": worker_python()}
+            "spark.pyspark.python": worker_python(), "spark.python.daemon.module": DAEMON_MODULE}
 
 
 def worker_python() -> str:
