@@ -83,3 +83,40 @@ def mapper_text(kind: str, literal: str | None, args, labels=None) -> str | None
     if labels:
         parts.append(f"array({', '.join(repr(x) for x in labels)})")
     return f"ai_{kind}({', '.join(parts)})"
+
+
+# ---- decode calls: short outputs so that each stays cheap on the random model
+
+GEN_T = ("Write a title for {0}.", "Reply to {0}.")
+# ai_extract schemas: the DDL text of SQL and the fields as Spark's JSON types (what the oracle's Call reads)
+SCHEMAS = {"who STRING, n INT": {"who": "string", "n": "integer"},
+           "ok BOOLEAN": {"ok": "boolean"},
+           "place STRING, x DOUBLE, ok BOOLEAN": {"place": "string", "x": "double", "ok": "boolean"}}
+
+
+def schema_json(ddl: str) -> str:
+    """Spark's JSON of the struct a DDL text of :data:`SCHEMAS` describes (StructType.jsonValue())."""
+    import json
+
+    fields = [{"name": k, "type": t, "nullable": True, "metadata": {}} for k, t in SCHEMAS[ddl].items()]
+    return json.dumps({"type": "struct", "fields": fields})
+
+
+def ours(f: S) -> S:
+    """Spark's and SQLite's text only: the BigQuery / Snowflake spellings of decode calls are tested elsewhere."""
+    return S(f.spark, f.lite, None, None)
+
+
+def generate(arg: Arg, template: str, max_tokens: int) -> S:
+    literal = template.replace("{", "{{").replace("}", "}}")
+    return ours(fmt(f"ai_generate('{literal}', {{}}, map('max_tokens', {max_tokens}))", arg.frag))
+
+
+def summarize(arg: Arg, words: int) -> S:
+    return ours(fmt(f"ai_summarize({{}}, {words})", arg.frag))
+
+
+def extract_field(arg: Arg, ddl: str, field: str, max_tokens: int) -> S:
+    """One field of an ai_extract struct: ``.field`` in Spark, ``json_extract(..., '$.field')`` in SQLite."""
+    call = fmt(f"ai_extract({{}}, '{ddl}', map('max_tokens', {max_tokens}))", arg.frag)
+    return S(f"{call.spark}.{field}", f"json_extract({call.lite}, '$.{field}')", None, None)

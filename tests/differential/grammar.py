@@ -3,7 +3,9 @@ NOT / OR / CASE, NULL and blank documents, templates read from columns, hints wh
 a table alias or a column, several AI joins, inner / outer / semi / anti joins mixing AI and
 equality conjuncts, ai_score comparisons (BETWEEN, a column bound, a NaN bound), correlated
 EXISTS / NOT EXISTS / IN (one and two columns), GROUP BY / HAVING with aggregates over AI values,
-windows over AI values, UNION / UNION ALL, CTEs, LIMIT with and without ORDER BY, ai_classify.
+windows over AI values, UNION / UNION ALL, CTEs, LIMIT with and without ORDER BY, ai_classify, and
+the decode calls (ai_generate / ai_summarize text, an ai_extract struct's field) in SELECT lists,
+WHERE clauses and projections.
 
 Each feature is tagged ``feature@context`` in ``Query.shape`` (context: where, select, on:inner,
 on:outer, on:semi, sub), the keys of the known-failures list."""
@@ -224,6 +226,8 @@ class Gen:
 
     def pred(self, scope: dict, ctx: str = "where", ai: bool = True, depth: int = 0) -> S:
         r = self.r
+        if ai and ctx == "where" and r.random() < 0.06:
+            return self.decode_pred(scope, ctx)
         roll = r.random() if ai else 1.0
         if roll < 0.25:
             return self.ai1("if", scope, ctx)
@@ -296,8 +300,27 @@ class Gen:
         self.n += 1
         return f"{prefix}{self.n}"
 
+    def decode(self, scope: dict, ctx: str) -> S:
+        """A decode call's value: ai_generate / ai_summarize text, or one field of an ai_extract struct."""
+        r = self.r
+        arg = self.arg(scope)
+        form = r.choice(["generate", "summarize", "extract"])
+        self.tags.add(f"{form}@{ctx}")
+        if form == "generate":
+            return C.generate(arg, r.choice(C.GEN_T), r.choice([2, 4, 6]))
+        if form == "summarize":
+            return C.summarize(arg, r.choice([1, 2]))
+        ddl = r.choice(sorted(C.SCHEMAS))
+        return C.extract_field(arg, ddl, r.choice(sorted(C.SCHEMAS[ddl])), r.choice([3, 6]))
+
+    def decode_pred(self, scope: dict, ctx: str) -> S:
+        value = self.decode(scope, ctx)
+        return fmt("{} IS NOT NULL", value) if "ai_extract" in value.spark else fmt("length({}) > 8", value)
+
     def item(self, scope: dict) -> Item:
         r = self.r
+        if r.random() < 0.1:
+            return Item(self.decode(scope, "select"), self._name("g"))
         roll = r.random()
         alias = r.choice(list(scope))
         table = scope[alias]
@@ -364,7 +387,14 @@ class Gen:
                 name = r.choice(ints(table) + docs(table))
                 items.append(Item(s(f"{alias}.{name}"), self._name(name + "_"), mapper=name))
                 continue
-            kind = "classify" if roll < 0.45 else r.choice(["if", "score"])
+            if roll < 0.4:
+                self.tags.add("decode@projection")
+                name = r.choice(docs(table))
+                form = r.choice(["ai_summarize({}, 2)", "ai_generate('Reply to {{0}}.', {}, map('max_tokens', 4))"])
+                items.append(Item(C.ours(s(form.format(f"{alias}.{name}"))), self._name("g"),
+                                  mapper=form.format(name), ai=True))
+                continue
+            kind = "classify" if roll < 0.5 else r.choice(["if", "score"])
             arg = C.Arg.column(alias, r.choice(docs(table)))
             if kind == "classify":
                 labels = r.choice(C.LABELS)

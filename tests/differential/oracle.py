@@ -12,7 +12,9 @@ import json
 import math
 import sqlite3
 
-from gpu_worker.ai_calls import FUNCTIONS, Call, is_null
+from gpu_worker.ai_calls import DECODE_KINDS, FUNCTIONS, Call, as_json, evaluate, is_null
+
+from .calls import schema_json
 
 from .tables import fill_sqlite
 
@@ -33,7 +35,8 @@ class Oracle:
         self.con = sqlite3.connect(":memory:")
         fill_sqlite(self.con)
         for name, kind in FUNCTIONS.items():
-            self.con.create_function(name, -1, self._function(kind), deterministic=True)
+            fn = self._decode(name) if kind in DECODE_KINDS else self._function(kind)
+            self.con.create_function(name, -1, fn, deterministic=True)
         self.con.create_function("map", -1, lambda *kv: HINT + json.dumps(dict(zip(kv[::2], kv[1::2]))))
         self.con.create_function("named_struct", -1, lambda *kv: HINT + json.dumps(dict(zip(kv[::2], kv[1::2]))))
         self.con.create_function("array", -1, lambda *xs: LABELS + json.dumps(xs))
@@ -60,6 +63,29 @@ class Oracle:
                 return None
             call = Call(kind, template, len(values), labels, anchor=hint.get("anchor_arg"))
             return self._value(call, tuple(values))
+        return ai
+
+    def _decode(self, name: str):
+        """ai_generate(template, doc[, hint]), ai_summarize(doc[, max_words]), ai_extract(doc, ddl[, hint]):
+        the engine's text (an extraction as its JSON object text, read by SQLite's json_extract)."""
+        def ai(*args):
+            args = list(args)
+            hint = json.loads(args.pop()[len(HINT):]) if args and _tagged(args[-1], HINT) else {}
+            hints = tuple(hint.items())
+            if name == "ai_generate":
+                call = Call.of(name, args[0], ("doc",), hints=hints)
+            elif name == "ai_summarize":
+                call = Call("summarize", "{0}", 1, max_words=args[1] if len(args) > 1 else None)
+            else:
+                call = Call.of(name, "{0}", ("doc",), hints=hints, schema=schema_json(args[1]))
+            doc = args[1] if name == "ai_generate" else args[0]
+            if is_null(doc) or name == "ai_generate" and is_null(args[0]):
+                return None
+            key = (call, (doc,))
+            if key not in self.cache:
+                out = evaluate(self.eng, call, [[doc]])[0]
+                self.cache[key] = (as_json(out) if call.kind == "extract" else out, math.inf)
+            return self.cache[key][0]
         return ai
 
     def _value(self, call: Call, values: tuple):

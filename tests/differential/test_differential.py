@@ -20,6 +20,7 @@ REQUIRED = {  # the grammar's shapes a run of the fixed seeds' grammar (not exec
     "between@on:inner", "score_cmp@where", "exists@sub", "not_exists@sub", "in@sub", "in2@sub", "group",
     "window_rank@select", "window_sum@select", "union", "cte", "limit", "limit_unordered", "classify@select",
     "nested@on:outer", "doc_over_both@on:inner", "nan_bound@on:inner", "three_inner", "projection",
+    "generate@select", "summarize@select", "extract@select", "generate@where", "extract@where", "decode@projection",
 }
 
 
