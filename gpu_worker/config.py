@@ -153,6 +153,16 @@ RANDOM_SHAPES: dict[str, ModelConfig] = {
         num_kv_heads=8, head_dim=128, intermediate_size=9728, rope_theta=1e6,
         rms_eps=1e-6, tie_embeddings=True, max_position=40960),
 }
+# The shapes of the named models, one definition: the cost model prices them (quail_spark.cost) and the
+# random presets above copy theirs; SmolLM2's weights come from its GGUF file, whose configuration a test
+# checks against this one (tests/test_one_definition.py).
+MODEL_SHAPES: dict[str, ModelConfig] = {
+    "smollm2-135m": ModelConfig(
+        arch="llama", vocab_size=49152, hidden_size=576, num_layers=30, num_heads=9,
+        num_kv_heads=3, head_dim=64, intermediate_size=1536, rope_theta=100000.0,
+        rms_eps=9.999999747378752e-06, tie_embeddings=True, max_position=8192),
+    "qwen3-4b": RANDOM_SHAPES["qwen3-4b-random"],
+}
 PRESETS = ("smollm2-135m", *RANDOM_SHAPES)  # model names that are no path
 
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpu_worker.config import MODEL_SHAPES, RANDOM_SHAPES
+
 CONF = "spark.quail.model."
 
 
@@ -40,10 +42,13 @@ class ModelShape:
         return self.n_layers * (q_o + k_v + 3 * self.hidden * self.ffn)
 
 
-MODELS = {
-    "smollm2-135m": ModelShape("smollm2-135m", 30, 576, 9, 3, 64, 1536, 49152),
-    "qwen3-4b": ModelShape("qwen3-4b", 36, 2560, 32, 8, 128, 9728, 151936),
-}
+def _shape(name: str, m) -> ModelShape:
+    return ModelShape(name, m.num_layers, m.hidden_size, m.num_heads, m.num_kv_heads, m.head_dim,
+                      m.intermediate_size, m.vocab_size)
+
+
+DEFAULT_MODEL = "smollm2-135m"  # the embedded default (quail_spark.presets); the rules price it without install()
+MODELS = {name: _shape(name, cfg) for name, cfg in MODEL_SHAPES.items()}  # gpu_worker.config's, one definition
 # Dense matmul rates in FLOP/s. h200: bf16 measured on the lent H200. cpu: an
 # estimate for a few cores of a recent x86 in fp32, not a measurement.
 RATES = {"h200": 789e12, "cpu": 1e11}
@@ -63,13 +68,9 @@ def model_shape(model: str) -> ModelShape:
     base = model.removesuffix("-random")
     if base in MODELS:
         return MODELS[base]
-    from gpu_worker.config import RANDOM_SHAPES
-
-    m = RANDOM_SHAPES.get(model)
-    if m is None:
-        return MODELS["smollm2-135m"]
-    return ModelShape(model, m.num_layers, m.hidden_size, m.num_heads, m.num_kv_heads, m.head_dim,
-                      m.intermediate_size, m.vocab_size)
+    if model in RANDOM_SHAPES:
+        return _shape(model, RANDOM_SHAPES[model])
+    return MODELS[DEFAULT_MODEL]
 
 
 def session_conf(model: str, device: str, engine: dict | None = None) -> dict:
@@ -81,12 +82,20 @@ def session_conf(model: str, device: str, engine: dict | None = None) -> dict:
     >>> session_conf("smollm2-135m", "cpu")["spark.quail.model.n_lin"]
     '106168320'
     """
+    values = preset_conf(model, device)
+    values.update({CONF + k: str(v) for k, v in _measured(model, device, engine or {}).items()})
+    return values
+
+
+def preset_conf(model: str, device: str) -> dict:
+    """``spark.quail.model.*`` of ``model`` on ``device`` from its shape and the preset rate alone (nothing
+    measured): what :func:`session_conf` starts from, and what the rules price without ``install()``
+    (the jar's contract, quail_spark/extension.py)."""
     s = model_shape(model)
     rate = RATES["cpu" if device == "cpu" else "h200"]
     values = {"name": s.name, "n_lin": s.n_lin, "layers": s.n_layers, "q_heads": s.n_q_heads,
               "head_dim": s.head_dim, "hidden": s.hidden, "rate": f"{rate:g}", "attn_rate": f"{rate:g}",
               "rate_source": "preset"}
-    values.update(_measured(model, device, engine or {}))
     return {CONF + k: str(v) for k, v in values.items()}
 
 

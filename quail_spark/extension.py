@@ -3,8 +3,11 @@
 The rules are Java sources in ``quail_spark/java``, compiled with the JDK's
 ``javac`` against the jars inside the installed pyspark (no Maven). The jar is
 cached under ``~/.cache/quail_spark/`` (or ``$QUAIL_SPARK_CACHE``), keyed by a
-hash of the sources, the pyspark version and the Java version, so it is built
-again only when one of them changes. Two processes building at once each
+hash of the sources, the contract, the pyspark version and the Java version, so it
+is built again only when one of them changes. The contract (:func:`contract`) is what
+the Python side defines once and the rules read from the jar's ``io/quailspark/contract.json``:
+the AI functions and their kinds, the internal UDFs, the decode calls' default lengths, and
+the shape and rate the rules price when ``install()`` has not set the session's model. Two processes building at once each
 compile in a temporary folder and move their jar into place with
 ``os.replace``; both results are the same jar.
 
@@ -99,10 +102,32 @@ def _java_version() -> str:
     return (out.stdout + out.stderr).strip()
 
 
+CONTRACT = "io/quailspark/contract.json"
+
+
+def contract() -> bytes:
+    """The JSON the Java rules read (Contract.java): one definition each, made here from the Python side's."""
+    import json
+
+    from gpu_worker import ai_calls
+    from quail_spark import cost
+
+    functions = {name: kind for name, kind in ai_calls.FUNCTIONS.items() if name != "ai_extract"}
+    functions[ai_calls.EXTRACT_UDF] = "extract"  # ai_extract is from_json over it (AiExtractFunction.java)
+    shape = {k.removeprefix(cost.CONF): v for k, v in cost.preset_conf(cost.DEFAULT_MODEL, "cpu").items()}
+    return json.dumps({"functions": functions, "internal": list(ai_calls.INTERNAL),
+                       "extract_function": "ai_extract", "extract_udf": ai_calls.EXTRACT_UDF,
+                       "decode_defaults": {"generate_tokens": ai_calls.DEFAULT_MAX_TOKENS["generate"],
+                                           "field_tokens": ai_calls.DEFAULT_MAX_TOKENS["extract"],
+                                           "summary_words": ai_calls.DEFAULT_MAX_WORDS},
+                       "default_model": shape}, indent=1, sort_keys=True).encode()
+
+
 def _key() -> str:
     import pyspark
 
     h = hashlib.sha256()
+    h.update(contract() + b"\0")
     for src in _sources():
         h.update(src.relative_to(SOURCES).as_posix().encode() + b"\0" + src.read_bytes() + b"\0")
     h.update(pyspark.__version__.encode() + b"\0" + _java_version().encode())
@@ -127,6 +152,7 @@ def _build(jar: Path) -> None:
         tmp_jar = Path(tmp) / jar.name
         with zipfile.ZipFile(tmp_jar, "w", zipfile.ZIP_DEFLATED) as z:
             z.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\nCreated-By: quail_spark\n\n")
+            z.writestr(CONTRACT, contract())
             for f in sorted(classes.rglob("*.class")):
                 z.write(f, f.relative_to(classes).as_posix())
         os.replace(tmp_jar, jar)  # atomic: a concurrent builder's jar is the same bytes

@@ -45,13 +45,13 @@ import scala.runtime.AbstractPartialFunction;
  */
 final class AiCalls {
     static final String ENABLED = "spark.quail.optimizer.enabled";
-    static final String CHAIN = "quail_chain";
-    static final String JOIN = "quail_join";
-    static final String EVAL = "quail_eval";
-    static final String MATCH = "quail_match";
-    static final String MATCH_SCORE = "quail_match_score";
-    static final String JOIN_SCORE = "quail_join_score";
-    static final List<String> INTERNAL = List.of(CHAIN, JOIN, EVAL, MATCH, MATCH_SCORE, JOIN_SCORE);
+    static final String CHAIN = Contract.internal("quail_chain");
+    static final String JOIN = Contract.internal("quail_join");
+    static final String EVAL = Contract.internal("quail_eval");
+    static final String MATCH = Contract.internal("quail_match");
+    static final String MATCH_SCORE = Contract.internal("quail_match_score");
+    static final String JOIN_SCORE = Contract.internal("quail_join_score");
+    static final List<String> INTERNAL = Contract.INTERNAL;
 
     private AiCalls() {}
 
@@ -60,14 +60,14 @@ final class AiCalls {
     }
 
     /**
-     * The AI functions as install() registers them, by kind: gpu_worker.ai_calls.FUNCTIONS (ai_extract
-     * is {@link AiExtractFunction}: from_json over the registered {@code quail_extract}, EXTRACT_UDF).
+     * The AI functions as install() registers them, by kind: gpu_worker.ai_calls.FUNCTIONS through the
+     * jar's contract (ai_extract is {@link AiExtractFunction}: from_json over the registered
+     * {@code quail_extract}, EXTRACT_UDF).
      */
-    static final Map<String, String> KINDS = Map.of("ai_if", "if", "ai_filter", "if", "ai_score", "score",
-        "ai_classify", "classify", "ai_generate", "generate", "ai_summarize", "summarize",
-        AiExtractFunction.UDF, "extract");
+    static final Map<String, String> KINDS = Contract.KINDS;
     /** Output tokens a decode call allows when its hint does not say (gpu_worker.ai_calls.DEFAULT_MAX_TOKENS). */
-    static final int GENERATE_TOKENS = 128, FIELD_TOKENS = 32, SUMMARY_WORDS = 50;
+    static final int GENERATE_TOKENS = Contract.GENERATE_TOKENS, FIELD_TOKENS = Contract.FIELD_TOKENS,
+        SUMMARY_WORDS = Contract.SUMMARY_WORDS;
 
     /** A user-visible AI function call (ai_if, ai_filter, ai_score, ai_classify, ai_generate, ai_summarize,
      * and quail_extract, the call inside ai_extract's from_json). */
@@ -120,13 +120,11 @@ final class AiCalls {
     }
 
     static boolean isPredicate(Expression e) {
-        if (!(e instanceof PythonUDF)) return false;
-        String n = ((PythonUDF) e).name().toLowerCase(Locale.ROOT);
-        return n.equals("ai_if") || n.equals("ai_filter");
+        return "if".equals(kind(e));
     }
 
     static boolean isScore(Expression e) {
-        return e instanceof PythonUDF && ((PythonUDF) e).name().equalsIgnoreCase("ai_score");
+        return "score".equals(kind(e));
     }
 
     static boolean isInternal(Expression e, String name) {

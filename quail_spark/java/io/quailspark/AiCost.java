@@ -71,12 +71,17 @@ final class AiCost {
      * the figure, else a preset) and its prompt frame.
      */
     static AiCost session() {
-        double rate = conf("rate", 1e11);
-        return new AiCost(SQLConf.get().getConfString(CONF + "name", "smollm2-135m"),
-            new double[] {conf("n_lin", 106_168_320), conf("layers", 30), conf("q_heads", 9), conf("head_dim", 64),
-                conf("hidden", 576), rate, conf("attn_rate", rate)},
+        double rate = conf("rate");
+        return new AiCost(SQLConf.get().getConfString(CONF + "name", Contract.DEFAULT_MODEL.get("name")),
+            new double[] {conf("n_lin"), conf("layers"), conf("q_heads"), conf("head_dim"), conf("hidden"), rate,
+                conf("attn_rate", rate)},
             new double[] {conf("frame_head", HEADER), conf("frame_ask", SEPARATOR + CUE),
                 conf("frame_join_mid", SEPARATOR), conf("frame_join_tail", DOC2_LABEL + CUE)});
+    }
+
+    /** spark.quail.model.{@code key}, else the default model's (the jar's contract). */
+    private static double conf(String key) {
+        return conf(key, Contract.defaultModel(key));
     }
 
     private static double conf(String key, double dflt) {

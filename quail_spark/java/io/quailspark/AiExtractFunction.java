@@ -58,8 +58,8 @@ import scala.runtime.AbstractFunction1;
  * registered), on every path.
  */
 final class AiExtractFunction extends AbstractFunction1<Seq<Expression>, Expression> implements Serializable {
-    static final String NAME = "ai_extract";
-    static final String UDF = "quail_extract";
+    static final String NAME = Contract.EXTRACT_FUNCTION;
+    static final String UDF = Contract.EXTRACT_UDF;
 
     static Tuple3<FunctionIdentifier, ExpressionInfo, scala.Function1<Seq<Expression>, Expression>> description() {
         ExpressionInfo info = new ExpressionInfo(AiExtractFunction.class.getName(), null, NAME,

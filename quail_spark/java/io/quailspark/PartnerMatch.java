@@ -153,7 +153,7 @@ final class PartnerMatch {
             for (PythonUDF call : layer) {
                 Expression m = matchCall(session, call, partsAttr, q, struct.dataType(), ordered, answers);
                 if (m == null) return null;
-                here.add(alias(m, "quail_match" + (answers.size() + here.size())));
+                here.add(alias(m, AiCalls.MATCH + (answers.size() + here.size())));
             }
             evaluated = project(preserved, concat(carried, here), evaluated);
             for (Alias a : here) carried.add(a.toAttribute());

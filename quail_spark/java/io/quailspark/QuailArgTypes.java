@@ -71,7 +71,7 @@ final class QuailArgTypes extends AbstractFunction1<LogicalPlan, BoxedUnit> {
 
     static void check(PythonUDF udf) {
         String kind = AiCalls.kind(udf);
-        String name = kind.equals("extract") ? "ai_extract" : udf.name().toLowerCase(Locale.ROOT);
+        String name = kind.equals("extract") ? AiExtractFunction.NAME : udf.name().toLowerCase(Locale.ROOT);
         List<Expression> args = CollectionConverters.asJava(udf.children());
         int end = args.size();
         if (end > 0 && AiCalls.isHint(args.get(end - 1).dataType())) {
@@ -84,7 +84,7 @@ final class QuailArgTypes extends AbstractFunction1<LogicalPlan, BoxedUnit> {
             return;
         }
         int first = 1;
-        if (name.equals("ai_classify")) {
+        if (kind.equals("classify")) {
             if (end > 0 && args.get(end - 1).dataType() instanceof ArrayType) {
                 end--;  // the labels
                 checkLabels(args.get(end));
@@ -98,7 +98,7 @@ final class QuailArgTypes extends AbstractFunction1<LogicalPlan, BoxedUnit> {
                 + (end < args.size() && AiCalls.isHint(args.get(args.size() - 1).dataType())
                     ? "; the last one, a map or struct, is the hint" : ""));
         }
-        if (first == 1) checkTemplate(name, args.get(0), end - 1);
+        if (first == 1) checkTemplate(name, kind, args.get(0), end - 1);
         for (int i = first; i < end; i++) {
             Expression a = args.get(i);
             DataType t = a.dataType();
@@ -112,10 +112,10 @@ final class QuailArgTypes extends AbstractFunction1<LogicalPlan, BoxedUnit> {
 
     /** A literal template uses placeholders {0}..{n-1}, each column once at least (the renderer's rule,
      * gpu_worker/ai_calls.py); ai_classify's bare '{0}' too. A template read from a column is checked per row. */
-    private static void checkTemplate(String name, Expression template, int n) {
+    private static void checkTemplate(String name, String kind, Expression template, int n) {
         if (!template.foldable() || !isText(template.dataType())) return;
         Object v = template.eval(null);
-        if (v == null || (name.equals("ai_classify") && v.toString().trim().equals("{0}"))) return;
+        if (v == null || (kind.equals("classify") && v.toString().trim().equals("{0}"))) return;
         java.util.Set<Integer> used = new java.util.TreeSet<>();
         java.util.regex.Matcher m = java.util.regex.Pattern.compile("\\{(\\d+)\\}").matcher(v.toString());
         while (m.find()) used.add(Integer.parseInt(m.group(1)));
