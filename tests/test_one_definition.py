@@ -73,3 +73,10 @@ def test_the_smollm2_shape_is_the_gguf_files():
     keys = ("arch", "vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
             "intermediate_size", "rope_theta", "rms_eps", "tie_embeddings", "max_position")
     assert {k: getattr(gguf, k) for k in keys} == {k: getattr(want, k) for k in keys}
+
+
+def test_java_makes_and_reads_json_with_jackson_only():
+    """No JSON text assembled from string pieces (an escaped key in a literal) and no regex over a spec."""
+    found = [f"{f.name}: {m.group(0)}" for f in JAVA for m in re.finditer(r'\\"[a-z_]+\\"\s*:', code(f))]
+    found += [f"{f.name}: regex over a spec" for f in JAVA if re.search(r'Pattern\.compile\("[^"]*\\"', code(f))]
+    assert not found, found

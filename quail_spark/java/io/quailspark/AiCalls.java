@@ -431,9 +431,10 @@ final class AiCalls {
         List<Expression> args = CollectionConverters.asJava(internal.children());
         boolean join = isInternal(internal, JOIN) || isInternal(internal, JOIN_SCORE);
         if (!join || args.size() != 3) return args.get(1);
-        java.util.regex.Matcher m = java.util.regex.Pattern.compile("\"anchor_arg\": (\\d+)")
-            .matcher(String.valueOf(args.get(0).eval(null)));
-        if (m.find()) return args.get(1 + Integer.parseInt(m.group(1)));
+        com.fasterxml.jackson.databind.JsonNode spec = Json.read(String.valueOf(args.get(0).eval(null)));
+        if (spec != null && spec.path("anchor_arg").canConvertToInt()) {
+            return args.get(1 + spec.path("anchor_arg").asInt());
+        }
         Expression c0 = args.get(1), c1 = args.get(2);
         return new If(new GreaterThan(new Length(c1), new Length(c0)), c1, c0);
     }
@@ -484,16 +485,6 @@ final class AiCalls {
 
     static <T> scala.collection.immutable.Seq<T> seq(List<T> xs) {
         return CollectionConverters.asScala(xs).toList();
-    }
-
-    static String json(String s) {
-        StringBuilder b = new StringBuilder("\"");
-        for (char c : s.toCharArray()) {
-            if (c == '"' || c == '\\') b.append('\\').append(c);
-            else if (c < 0x20) b.append(String.format("\\u%04x", (int) c));
-            else b.append(c);
-        }
-        return b.append('"').toString();
     }
 
     /** A PartialFunction over expressions defined where {@code f} gives non-null, for resolveExpressions. */

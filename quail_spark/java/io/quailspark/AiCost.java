@@ -110,9 +110,12 @@ final class AiCost {
             return new Cost(requested * k, fresh * k, seconds * k);
         }
 
-        String json() {
-            return String.format(Locale.ROOT, "{\"requested\": %.6g, \"fresh\": %.6g, \"seconds\": %.6g}",
-                requested, fresh, seconds);
+        com.fasterxml.jackson.databind.node.ObjectNode node() {
+            com.fasterxml.jackson.databind.node.ObjectNode n = Json.object();
+            n.put("requested", Json.figure(requested));
+            n.put("fresh", Json.figure(fresh));
+            n.put("seconds", Json.figure(seconds));
+            return n;
         }
     }
 
@@ -270,9 +273,5 @@ final class AiCost {
         double sa = a.stats().sizeInBytes().doubleValue(), sb = b.stats().sizeInBytes().doubleValue();
         if (sa >= unknown || sb >= unknown) return -1;
         return sa >= 2 * sb ? 0 : sb >= 2 * sa ? 1 : -1;
-    }
-
-    static String num(double x) {
-        return String.format(Locale.ROOT, "%.6g", x);
     }
 }

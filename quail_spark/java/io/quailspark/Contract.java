@@ -64,7 +64,7 @@ final class Contract {
 
     private static Map<String, String> strings(JsonNode node) {
         Map<String, String> out = new LinkedHashMap<>();
-        node.fields().forEachRemaining(e -> out.put(e.getKey(), e.getValue().asText()));
+        for (Map.Entry<String, JsonNode> e : node.properties()) out.put(e.getKey(), e.getValue().asText());
         return Collections.unmodifiableMap(out);
     }
 

@@ -258,20 +258,20 @@ final class PartnerMatch {
                                         DataType elem, List<PythonUDF> done, List<Alias> answers) {
         boolean score = AiCalls.isScore(call);
         AiCalls.Predicate p = score ? AiCalls.score(call) : AiCalls.predicate(call);
-        String kind = score ? ", \"kind\": \"score\"" : "";
         List<Expression> cols;
-        String spec;
+        com.fasterxml.jackson.databind.node.ObjectNode spec = Json.object();
         Double anchorArg = AiCalls.number(AiCalls.hintsOf(call).get(QuailAnchorHint.FIELD));
-        String anchor = anchorArg == null ? "" : ", \"anchor_arg\": " + anchorArg.intValue();
         if (p == null) {  // each row's template, read from a column: one more per-pair list, first
             cols = AiCalls.rowTemplate(call);
-            spec = "{\"template_arg\": true" + anchor + kind + "}";
+            spec.put("template_arg", true);
         } else {
             cols = p.columns;
-            spec = "{\"template\": " + AiCalls.json(p.template) + anchor + kind + "}";
+            spec.put("template", p.template);
         }
+        if (anchorArg != null) spec.put("anchor_arg", anchorArg.intValue());
+        if (score) spec.put("kind", "score");
         List<Expression> args = new ArrayList<>();
-        args.add(AiCalls.literal(spec));
+        args.add(AiCalls.literal(Json.text(spec)));
         for (Expression col : cols) {
             if (!(col.dataType() instanceof StringType)) return null;
             NamedLambdaVariable i = AiCalls.containsAi(col) ? index() : null;

@@ -67,7 +67,7 @@ public class QuailAiJoin extends AiRule {
         AiCost model = AiCost.session();
         List<AiCalls.Predicate> preds = new ArrayList<>();
         List<boolean[]> predSides = new ArrayList<>();
-        List<List<String>> bounds = new ArrayList<>();  // per predicate: its score comparisons, as JSON pairs
+        List<List<Object[]>> bounds = new ArrayList<>();  // per predicate: its score comparisons, [op, bound]
         // per predicate: ai_score(...) compared with a column (Spark compares each pair's score), else null
         List<AiCalls.Compared> againstColumns = new ArrayList<>();
         for (Expression c : AiCalls.conjuncts(j.condition().get())) {
@@ -81,8 +81,7 @@ public class QuailAiJoin extends AiRule {
                 equiKeys |= isEquiKey(c, left, right);
                 continue;
             }
-            String bound = p.scoreOp == null ? null
-                : "[\"" + p.scoreOp + "\", " + p.scoreBound + "]";
+            Object[] bound = p.scoreOp == null ? null : new Object[] {p.scoreOp, p.scoreBound};
             int same = -1;  // the same ai_score compared twice (BETWEEN, a range): one call checks both
             for (int k = 0; k < preds.size() && bound != null && same < 0; k++) {
                 if (againstColumns.get(k) == null && preds.get(k).sameScore(p)) same = k;
@@ -93,7 +92,9 @@ public class QuailAiJoin extends AiRule {
             }
             preds.add(p);
             predSides.add(onLeft);
-            bounds.add(new ArrayList<>(bound == null ? List.of() : List.of(bound)));
+            List<Object[]> own = new ArrayList<>();
+            if (bound != null) own.add(bound);
+            bounds.add(own);
             againstColumns.add(column);
         }
         for (int k = 0; k < preds.size(); k++) {
@@ -201,14 +202,12 @@ public class QuailAiJoin extends AiRule {
 
         /** [pairs, live documents per column] from the join order's {@code join_priced} hint, or null. */
         private static double[] priced(String json, int n) {
-            if (json == null || n != 2) return null;
-            String[] parts = json.replaceAll("[\\[\\] ]", "").split(",");
-            if (parts.length != 3) return null;
+            com.fasterxml.jackson.databind.JsonNode parts = Json.read(json);
+            if (parts == null || n != 2 || !parts.isArray() || parts.size() != 3) return null;
             double[] out = new double[3];
             for (int i = 0; i < 3; i++) {
-                Double x = AiCalls.number(parts[i]);
-                if (x == null) return null;
-                out[i] = x;
+                if (!parts.get(i).isNumber()) return null;
+                out[i] = parts.get(i).asDouble();
             }
             return out;
         }
@@ -219,33 +218,35 @@ public class QuailAiJoin extends AiRule {
          * For quail_join_score, {@code compared}: the comparison Spark makes with each pair's score
          * (the operator's name and the other side, for explain).
          */
-        List<Expression> args(List<String> bounds, String compared) {
-            StringBuilder spec = new StringBuilder("{\"template\": ").append(AiCalls.json(p.template))
-                .append(", \"selectivity\": ").append(AiCost.num(p.selectivity()))
-                .append(", \"selectivity_source\": \"").append(p.selectivitySource()).append('"');
-            if (p.anchorArg() != null) spec.append(", \"anchor_arg\": ").append(p.anchorArg());
+        List<Expression> args(List<Object[]> bounds, String compared) {
+            com.fasterxml.jackson.databind.node.ObjectNode spec = Json.object();
+            spec.put("template", p.template);
+            spec.put("selectivity", Json.figure(p.selectivity()));
+            spec.put("selectivity_source", p.selectivitySource());
+            if (p.anchorArg() != null) spec.put("anchor_arg", p.anchorArg());
             if (!bounds.isEmpty()) {  // kept rows: ai_score(...) <op> bound, for every pair
-                spec.append(", \"score_bounds\": [").append(String.join(", ", bounds)).append(']');
+                com.fasterxml.jackson.databind.node.ArrayNode all = spec.putArray("score_bounds");
+                for (Object[] b : bounds) all.addArray().add((String) b[0]).add((Double) b[1]);
             }
-            if (compared != null) spec.append(", \"score_compared\": ").append(AiCalls.json(compared));
-            spec.append(", \"anchor\": ").append(AiCalls.json(p.columns.get(chosen).sql()))
-                .append(", \"why\": ").append(AiCalls.json(why)).append(", \"sides\": [");
+            if (compared != null) spec.put("score_compared", compared);
+            spec.put("anchor", p.columns.get(chosen).sql());
+            spec.put("why", why);
+            com.fasterxml.jackson.databind.node.ArrayNode sides = spec.putArray("sides");
             for (int i = 0; i < rows.length; i++) {
-                if (i > 0) spec.append(", ");
-                spec.append("{\"column\": ").append(AiCalls.json(p.columns.get(i).sql()))
-                    .append(", \"rows\": ").append(AiCost.num(rows[i]))
-                    .append(", \"rows_source\": \"").append(rowsSource[i])
-                    .append("\", \"tokens\": ").append(AiCost.num(tokens[i]))
-                    .append(", \"tokens_source\": \"").append(tokensSource[i])
-                    .append("\", \"cost_as_anchor\": ").append(costs[i].json()).append('}');
+                com.fasterxml.jackson.databind.node.ObjectNode side = sides.addObject();
+                side.put("column", p.columns.get(i).sql());
+                side.put("rows", Json.figure(rows[i]));
+                side.put("rows_source", rowsSource[i]);
+                side.put("tokens", Json.figure(tokens[i]));
+                side.put("tokens_source", tokensSource[i]);
+                side.set("cost_as_anchor", costs[i].node());
             }
-            spec.append("], \"cost\": ").append(costs[chosen].json());
-            String order = p.hints.get(QuailAiJoinOrder.FIELD);
-            if (order != null) spec.append(", \"join_order\": ").append(order);
-            if (pairs != null) spec.append(", \"pairs\": ").append(AiCost.num(pairs));
-            spec.append('}');
+            spec.set("cost", costs[chosen].node());
+            com.fasterxml.jackson.databind.JsonNode order = Json.read(p.hints.get(QuailAiJoinOrder.FIELD));
+            if (order != null) spec.set("join_order", order);
+            if (pairs != null) spec.put("pairs", Json.figure(pairs));
             List<Expression> args = new ArrayList<>();
-            args.add(AiCalls.literal(spec.toString()));
+            args.add(AiCalls.literal(Json.text(spec)));
             args.addAll(p.columns);
             return args;
         }

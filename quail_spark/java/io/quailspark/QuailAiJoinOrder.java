@@ -107,9 +107,12 @@ public class QuailAiJoinOrder extends AiRule {
                 bestCost = c;
             }
         }
-        String json = String.format(Locale.ROOT,
-            "{\"chosen\": %s, \"seconds\": %s, \"written\": %s, \"written_seconds\": %s}",
-            names(best, edges, tables), AiCost.num(bestCost), names(written, edges, tables), AiCost.num(writtenCost));
+        com.fasterxml.jackson.databind.node.ObjectNode chosen = Json.object();
+        chosen.set("chosen", names(best, edges, tables));
+        chosen.put("seconds", Json.figure(bestCost));
+        chosen.set("written", names(written, edges, tables));
+        chosen.put("written_seconds", Json.figure(writtenCost));
+        String json = Json.text(chosen);
         double[][] priced = new double[edges.size()][];
         cost(best, edges, rows, model, priced);
         LogicalPlan out = build(best, tables, edges, local, json, priced);
@@ -248,17 +251,18 @@ public class QuailAiJoinOrder extends AiRule {
     }
 
     /** JSON list of the tables in order, named by the qualifiers of the AI columns over them. */
-    private static String names(int[] order, List<Edge> edges, List<LogicalPlan> tables) {
-        List<String> out = new ArrayList<>();
+    private static com.fasterxml.jackson.databind.node.ArrayNode names(int[] order, List<Edge> edges,
+                                                                       List<LogicalPlan> tables) {
+        com.fasterxml.jackson.databind.node.ArrayNode out = Json.array();
         for (int t : order) {
             String name = "table " + (t + 1);
             for (Edge e : edges) {
                 if (e.side[0] == t) name = e.name[0];
                 else if (e.side[1] == t) name = e.name[1];
             }
-            out.add(AiCalls.json(name));
+            out.add(name);
         }
-        return "[" + String.join(", ", out) + "]";
+        return out;
     }
 
     /** The left-deep tree of ``order``: each conjunct at the first join where its tables are in. */
@@ -267,8 +271,8 @@ public class QuailAiJoinOrder extends AiRule {
         List<Expression> pending = new ArrayList<>(local);
         for (int i = 0; i < edges.size(); i++) {
             Edge e = edges.get(i);
-            String at = "[" + AiCost.num(priced[i][0]) + ", " + AiCost.num(priced[i][1]) + ", "
-                + AiCost.num(priced[i][2]) + "]";
+            String at = Json.text(Json.array().add(Json.figure(priced[i][0])).add(Json.figure(priced[i][1]))
+                .add(Json.figure(priced[i][2])));
             pending.add(withOrder(e.cond, json, at));
             for (Expression c : e.also) pending.add(withOrder(c, json, at));  // the same hint: still one call
         }

@@ -6,7 +6,6 @@ import java.util.Locale;
 import java.util.UUID;
 
 import com.fasterxml.jackson.databind.JsonNode;
-import com.fasterxml.jackson.databind.ObjectMapper;
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.Literal;
 import org.apache.spark.sql.catalyst.expressions.PythonUDF;
@@ -29,7 +28,6 @@ import scala.jdk.javaapi.CollectionConverters;
  */
 final class QuailBudget extends Rule<LogicalPlan> {
     static final String CONF = "spark.quail.maxTokensPerQuery";
-    private static final ObjectMapper JSON = new ObjectMapper();
     private static final List<String> PRICED = List.of(AiCalls.CHAIN, AiCalls.JOIN, AiCalls.JOIN_SCORE, AiCalls.EVAL);
 
     @Override
@@ -50,21 +48,25 @@ final class QuailBudget extends Rule<LogicalPlan> {
                 + "request %,.0f tokens, more than %s=%,d; raise the budget, or narrow the query (a WHERE before "
                 + "the AI calls, a LIMIT)", requested, CONF, limit));
         }
-        String budget = String.format(Locale.ROOT, "\"budget\": {\"max_tokens\": %d, \"query\": \"%s\"}", limit,
-            query != null ? query : UUID.randomUUID().toString());
+        com.fasterxml.jackson.databind.node.ObjectNode budget = Json.object();
+        budget.put("max_tokens", limit);
+        budget.put("query", query != null ? query : UUID.randomUUID().toString());
         return plan.transformAllExpressionsWithSubqueries(new scala.runtime.AbstractPartialFunction<Expression, Expression>() {
             @Override
             public boolean isDefinedAt(Expression e) {
-                return spec(e) != null && !spec(e).contains("\"budget\"");
+                JsonNode s = Json.read(spec(e));
+                return s != null && s.isObject() && !s.has("budget");
             }
 
             @Override
             public Expression apply(Expression e) {
-                String s = spec(e);
-                if (s == null || s.contains("\"budget\"")) return e;
-                String with = s.substring(0, s.lastIndexOf('}')) + ", " + budget + "}";
+                JsonNode s = Json.read(spec(e));
+                if (s == null || !s.isObject() || s.has("budget")) return e;
+                com.fasterxml.jackson.databind.node.ObjectNode with = ((com.fasterxml.jackson.databind.node.ObjectNode) s)
+                    .deepCopy();
+                with.set("budget", budget);
                 List<Expression> kids = new ArrayList<>(CollectionConverters.asJava(e.children()));
-                kids.set(0, AiCalls.literal(with));
+                kids.set(0, AiCalls.literal(Json.text(with)));
                 return e.withNewChildren(CollectionConverters.asScala(kids).toSeq());
             }
         });
@@ -94,15 +96,8 @@ final class QuailBudget extends Rule<LogicalPlan> {
     }
 
     private static void collect(Expression e, List<JsonNode> out) {
-        String s = spec(e);
-        if (s != null) {
-            try {
-                JsonNode n = JSON.readTree(s);
-                if (n.has("cost")) out.add(n);
-            } catch (java.io.IOException ex) {
-                return;
-            }
-        }
+        JsonNode n = Json.read(spec(e));
+        if (n != null && n.has("cost")) out.add(n);
         for (Expression c : CollectionConverters.asJava(e.children())) collect(c, out);
     }
 }

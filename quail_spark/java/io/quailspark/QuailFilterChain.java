@@ -126,24 +126,26 @@ public class QuailFilterChain extends AiRule {
 
         /** quail_chain(spec, document): spec is JSON of the ordered templates and the estimates. */
         List<Expression> args() {
-            StringBuilder spec = new StringBuilder("{\"doc\": ").append(AiCalls.json(doc.sql()))
-                .append(", \"doc_tokens\": ").append(AiCost.num(tokens.tokens))
-                .append(", \"tokens_source\": \"").append(tokens.source)
-                .append("\", \"rows\": ").append(AiCost.num(rows))
-                .append(", \"rows_source\": \"").append(rowsSource).append("\", \"calls\": [");
+            com.fasterxml.jackson.databind.node.ObjectNode spec = Json.object();
+            spec.put("doc", doc.sql());
+            spec.put("doc_tokens", Json.figure(tokens.tokens));
+            spec.put("tokens_source", tokens.source);
+            spec.put("rows", Json.figure(rows));
+            spec.put("rows_source", rowsSource);
+            com.fasterxml.jackson.databind.node.ArrayNode calls = spec.putArray("calls");
             for (int i = 0; i < ordered.size(); i++) {
                 AiCalls.Predicate p = ordered.get(i);
-                if (i > 0) spec.append(", ");
-                spec.append("{\"template\": ").append(AiCalls.json(p.template))
-                    .append(", \"selectivity\": ").append(AiCost.num(p.selectivity()))
-                    .append(", \"selectivity_source\": \"").append(p.selectivitySource())
-                    .append("\", \"seconds_per_row\": ").append(AiCost.num(perRow[i]))
-                    .append(", \"rank\": ").append(AiCost.num(ranks[i]))
-                    .append(", \"evaluated\": ").append(AiCost.num(evaluated[i])).append('}');
+                com.fasterxml.jackson.databind.node.ObjectNode c = calls.addObject();
+                c.put("template", p.template);
+                c.put("selectivity", Json.figure(p.selectivity()));
+                c.put("selectivity_source", p.selectivitySource());
+                c.put("seconds_per_row", Json.figure(perRow[i]));
+                c.put("rank", Json.figure(ranks[i]));
+                c.put("evaluated", Json.figure(evaluated[i]));
             }
-            spec.append("], \"cost\": ").append(cost.json()).append('}');
+            spec.set("cost", cost.node());
             List<Expression> args = new ArrayList<>();
-            args.add(AiCalls.literal(spec.toString()));
+            args.add(AiCalls.literal(Json.text(spec)));
             args.add(doc);
             return args;
         }

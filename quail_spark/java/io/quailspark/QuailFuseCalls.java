@@ -200,29 +200,25 @@ public class QuailFuseCalls extends AiRule {
 
         boolean add(List<PythonUDF> group) {
             List<Expression> args = new ArrayList<>();
-            StringBuilder spec = new StringBuilder("{\"calls\": [");
+            com.fasterxml.jackson.databind.node.ObjectNode spec = Json.object();
+            com.fasterxml.jackson.databind.node.ArrayNode specCalls = spec.putArray("calls");
             int[] perKind = new int[FIELDS.length];
             List<Expression> picks = new ArrayList<>();
             Estimate est = new Estimate(group, below);
             for (int i = 0; i < group.size(); i++) {
                 PythonUDF call = group.get(i);
-                spec.append(i > 0 ? ", " : "").append("{\"fn\": ").append(AiCalls.json(call.name())).append(", \"args\": [");
-                List<Expression> callArgs = list(call.children());
-                for (int k = 0; k < callArgs.size(); k++) {
-                    int at = indexOf(args, callArgs.get(k));
-                    spec.append(k > 0 ? ", " : "").append(at);
-                }
-                spec.append("], \"template\": ").append(AiCalls.json(template(call)))
-                    .append(", \"seconds_per_row\": ").append(AiCost.num(est.perRow[i]));
-                if (AiCalls.isDecode(call)) {
-                    spec.append(", \"output_tokens\": ").append(AiCost.num(AiCalls.outputTokens(call)));
-                }
-                spec.append('}');
+                com.fasterxml.jackson.databind.node.ObjectNode c = specCalls.addObject();
+                c.put("fn", call.name());
+                com.fasterxml.jackson.databind.node.ArrayNode at = c.putArray("args");
+                for (Expression a : list(call.children())) at.add(indexOf(args, a));
+                c.put("template", template(call));
+                c.put("seconds_per_row", Json.figure(est.perRow[i]));
+                if (AiCalls.isDecode(call)) c.put("output_tokens", Json.figure(AiCalls.outputTokens(call)));
                 picks.add(Literal$.MODULE$.apply(perKind[field(call)]++));
             }
-            spec.append("], ").append(est.json()).append('}');
+            est.into(spec);
             List<Expression> udfArgs = new ArrayList<>();
-            udfArgs.add(AiCalls.literal(spec.toString()));
+            udfArgs.add(AiCalls.literal(Json.text(spec)));
             udfArgs.addAll(args);
             Expression eval = AiCalls.call(session, AiCalls.EVAL, udfArgs);
             if (eval == null) return false;
@@ -324,10 +320,14 @@ public class QuailFuseCalls extends AiRule {
             }
         }
 
-        String json() {
-            return "\"doc\": " + AiCalls.json(doc.sql()) + ", \"doc_tokens\": " + AiCost.num(tokens.tokens)
-                + ", \"tokens_source\": \"" + tokens.source + "\", \"rows\": " + AiCost.num(rows)
-                + ", \"rows_source\": \"" + rowsSource + "\", \"cost\": " + cost.json();
+        /** The estimate's fields of the spec: the document, its tokens, the rows and the cost. */
+        void into(com.fasterxml.jackson.databind.node.ObjectNode spec) {
+            spec.put("doc", doc.sql());
+            spec.put("doc_tokens", Json.figure(tokens.tokens));
+            spec.put("tokens_source", tokens.source);
+            spec.put("rows", Json.figure(rows));
+            spec.put("rows_source", rowsSource);
+            spec.set("cost", cost.node());
         }
     }
 
