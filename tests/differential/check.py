@@ -1,7 +1,10 @@
 """One query checked: the oracle's rows against every path's; a failing query shrunk to a minimal one.
 
 Outcomes: ``agreed``; ``refused`` (by every path and the oracle: counted with the reasons, Spark's
-own or ours); ``tie`` (a path differs but the oracle used a margin within 1e-4 of its boundary);
+own or ours); ``tie`` (a path differs but the oracle used a margin within 1e-4 of its boundary, or
+a DISTINCT / UNION / GROUP BY kept apart two scores of one prompt that differ within 1e-5: the
+engine's values are equal within float tolerance, not bit for bit, across batch compositions and
+cache states, and these operators compare exact values);
 ``known`` (a failure of an entry of known.py); ``wrong`` (a new failure: a path's rows differ from
 the oracle's, or one side refused what another ran)."""
 from __future__ import annotations
@@ -10,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 
 from .known import known
-from .paths import first_line, same, whose
+from .paths import _close, _key, first_line, same, whose
 from .query import Query, smaller
 
 
@@ -51,8 +54,27 @@ def check(oracle, paths, q: Query) -> Outcome:
         return Outcome("agreed")
     if near and not isinstance(want, str) and all(not isinstance(got[p], str) for p in failures):
         return Outcome("tie", failures)
+    if _exact_sets(q) and not isinstance(want, str) and all(
+            not isinstance(got[p], str) and same(collapsed(got[p]), collapsed(want)) for p in failures):
+        return Outcome("tie", failures)
     name = known(q.shape, failures)
     return Outcome("known:" + name if name else "wrong", failures)
+
+
+def _exact_sets(q: Query) -> bool:
+    """Whether the query compares whole rows by exact value: DISTINCT, UNION (not UNION ALL), GROUP BY."""
+    return q.body.distinct or q.union == "UNION" or bool(q.body.group)
+
+
+def collapsed(rows):
+    """The distinct rows of a multiset, rows whose floats are equal within 1e-5 counted as one."""
+    from collections import Counter
+
+    out: list = []
+    for row in sorted(rows.elements(), key=_key):
+        if not out or not (len(row) == len(out[-1]) and all(_close(u, v) for u, v in zip(row, out[-1]))):
+            out.append(row)
+    return Counter(out)
 
 
 def _show(rows) -> str:
