@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 
 from .known import known
-from .paths import _close, _key, first_line, same, whose
+from .paths import close, first_line, row_key, same, whose
 from .query import Query, smaller
 
 
@@ -71,8 +71,8 @@ def collapsed(rows):
     from collections import Counter
 
     out: list = []
-    for row in sorted(rows.elements(), key=_key):
-        if not out or not (len(row) == len(out[-1]) and all(_close(u, v) for u, v in zip(row, out[-1]))):
+    for row in sorted(rows.elements(), key=row_key):
+        if not out or not (len(row) == len(out[-1]) and all(close(u, v) for u, v in zip(row, out[-1]))):
             out.append(row)
     return Counter(out)
 

@@ -73,14 +73,14 @@ class Oracle:
             hint = json.loads(args.pop()[len(HINT):]) if args and _tagged(args[-1], HINT) else {}
             hints = tuple(hint.items())
             if name == "ai_generate":
+                if is_null(args[0]):  # a NULL template: no call to make (the NULL rule)
+                    return None
                 call = Call.of(name, args[0], ("doc",), hints=hints)
             elif name == "ai_summarize":
                 call = Call("summarize", "{0}", 1, max_words=args[1] if len(args) > 1 else None)
             else:
                 call = Call.of(name, "{0}", ("doc",), hints=hints, schema=schema_json(args[1]))
-            doc = args[1] if name == "ai_generate" else args[0]
-            if is_null(doc) or name == "ai_generate" and is_null(args[0]):
-                return None
+            doc = args[1] if name == "ai_generate" else args[0]  # a NULL or blank one: evaluate's NULL rule
             key = (call, (doc,))
             if key not in self.cache:
                 out = evaluate(self.eng, call, [[doc]])[0]

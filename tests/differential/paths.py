@@ -34,17 +34,17 @@ def same(a: Counter, b: Counter, counts_only: bool = False) -> bool:
         return sum(a.values()) == sum(b.values())
     if a == b:
         return True
-    ra, rb = sorted(a.elements(), key=_key), sorted(b.elements(), key=_key)
-    return len(ra) == len(rb) and all(len(x) == len(y) and all(_close(u, v) for u, v in zip(x, y))
+    ra, rb = sorted(a.elements(), key=row_key), sorted(b.elements(), key=row_key)
+    return len(ra) == len(rb) and all(len(x) == len(y) and all(close(u, v) for u, v in zip(x, y))
                                       for x, y in zip(ra, rb))
 
 
-def _key(row):
+def row_key(row):
     return tuple((v is None, round(v, 3) if isinstance(v, float) else v if v is not None else 0, str(type(v)))
                  for v in row)
 
 
-def _close(u, v) -> bool:
+def close(u, v) -> bool:
     if isinstance(u, float) and isinstance(v, (int, float)) or isinstance(v, float) and isinstance(u, (int, float)):
         return abs(u - v) <= 1e-5
     return u == v

@@ -1,7 +1,6 @@
 package io.quailspark;
 
 import com.fasterxml.jackson.databind.JsonNode;
-import com.fasterxml.jackson.databind.ObjectMapper;
 import java.io.IOException;
 import java.io.InputStream;
 import java.io.UncheckedIOException;
@@ -56,7 +55,7 @@ final class Contract {
                 throw new IllegalStateException("quail-spark: the jar has no io/quailspark/contract.json; "
                     + "build it with quail_spark.extension.jar_path()");
             }
-            return new ObjectMapper().readTree(in);
+            return Json.read(in);
         } catch (IOException e) {
             throw new UncheckedIOException(e);
         }

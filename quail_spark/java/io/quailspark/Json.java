@@ -45,6 +45,11 @@ final class Json {
         }
     }
 
+    /** The JSON read from {@code in} (an unreadable or malformed stream raises). */
+    static JsonNode read(java.io.InputStream in) throws java.io.IOException {
+        return MAPPER.readTree(in);
+    }
+
     /** The JSON of {@code text}, or null where it is none. */
     static JsonNode read(String text) {
         if (text == null) return null;
