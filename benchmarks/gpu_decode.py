@@ -9,6 +9,7 @@ summed over the steps the engine ran at the batch it ran (output_tokens / decode
 sequences on average, each attending to its prompt and half its output on average).
 
     PYTHONPATH=.:benchmarks python3 benchmarks/gpu_decode.py --tokenizer .cache/tok --commit C --out $OUT
+    bash benchmarks/gpu_decode.sh 1 | 2    # the H200 runs BENCHMARKS.md quotes (see the script)
     PYTHONPATH=.:benchmarks python benchmarks/gpu_decode.py --smoke --out /tmp/smoke   # CPU, tiny model
 """
 from __future__ import annotations
@@ -109,27 +110,45 @@ def hf_generate(eng, dev, prompts: list[list[int]], new_tokens: int, batch: int)
             "output_tok_s": made / sum(walls)}
 
 
-def generate(args, eng, dev, sz, bw, rate, res):
+GEN_PROMPT = "Continue this text."
+
+
+def gen_docs(eng, sz) -> list[str]:
     w = Words(eng.tokenizer, 51)
-    docs = w.texts(sz["gen_prompts"], lambda: int(w.rng.integers(sz["gen_words"] * 3 // 4,
-                                                                  sz["gen_words"] * 5 // 4)))
-    prompt = "Continue this text."
+    return w.texts(sz["gen_prompts"], lambda: int(w.rng.integers(sz["gen_words"] * 3 // 4, sz["gen_words"] * 5 // 4)))
+
+
+def generate(args, eng, dev, sz, bw, rate, res):
+    docs, prompt = gen_docs(eng, sz), GEN_PROMPT
     eng.generate(docs[:8], prompt, max_tokens=4, ignore_eos=True)  # warm-up (kernels, first-call products)
-    outs, st = timed(eng, dev, lambda: eng.generate(docs, prompt, max_tokens=sz["gen_tokens"], ignore_eos=True))
+    texts = []
+
+    def run():  # the public text API; the ids of the same answers kept for the bf16 / fp8 comparison
+        ids = eng.generate_ids(docs, prompt, max_tokens=sz["gen_tokens"], ignore_eos=True)
+        texts.extend(eng.tokenizer.decode(x, skip_special_tokens=True) for x in ids)
+        return ids
+
+    outs, st = timed(eng, dev, run)
     st["sequences"] = len(docs)
-    assert all(o is not None for o in outs)
+    assert all(o is not None for o in outs) and len(texts) == len(docs)
+    agreement(args, outs, st)
+    host_idle(st)
     p_tok = (st["requested_tokens"] - st["output_tokens"]) / len(docs)
     st.update(decode_sol(eng.model_config, st, p_tok, bw, rate, eng.rt.dtype.itemsize))
     st["output_tok_s"] = st["output_tokens"] / st["wall_s"]
     st["pct_sol"] = 100 * st["sol_s"] / st["wall_s"]
     res["GENERATE"] = st
-    if args.hf:
-        head, tail = eng.renderer.generate_parts(prompt) if hasattr(eng.renderer, "generate_parts") else ([], [])
-        ids = [head + eng.renderer.encode_docs([d])[0] + tail for d in docs[:sz["hf_sample"]]]
-        hf = hf_generate(eng, dev, ids, sz["gen_tokens"], sz["hf_batch"])
-        res["GENERATE_hf"] = hf
-        st["vs_hf"] = st["output_tok_s"] / hf["output_tok_s"]
     log.info("GENERATE %s", {k: st[k] for k in ("wall_s", "output_tok_s", "pct_sol") if k in st})
+
+
+def hf(args, eng, dev, sz, bw, rate, res):
+    """transformers' batched `generate` on a sample of GENERATE's prompts, the same ids our engine prefills."""
+    head, tail = eng.renderer.generate_parts(GEN_PROMPT)
+    ids = [head + eng.renderer.encode_docs([d])[0] + tail for d in gen_docs(eng, sz)[:sz["hf_sample"]]]
+    res["GENERATE_hf"] = hf_generate(eng, dev, ids, sz["gen_tokens"], sz["hf_batch"])
+    if "output_tok_s" in res.get("GENERATE", {}):
+        res["GENERATE"]["vs_hf"] = res["GENERATE"]["output_tok_s"] / res["GENERATE_hf"]["output_tok_s"]
+    log.info("GENERATE_hf %s", res["GENERATE_hf"])
 
 
 def extract(args, eng, dev, sz, bw, rate, res):
@@ -143,6 +162,8 @@ def extract(args, eng, dev, sz, bw, rate, res):
     st["answers"] = len(done) * len(fields)
     st["cut"] = sum(len(o.cut) for o in done)
     st["parsed"] = all(json.loads(o.to_json()) is not None for o in done)
+    st["shared_decode"] = eng.config.shared_decode
+    host_idle(st)
     p_tok = (st["requested_tokens"] - st["output_tokens"]) / st["sequences"]
     st.update(decode_sol(eng.model_config, st, p_tok, bw, rate, eng.rt.dtype.itemsize))
     st["output_tok_s"] = st["output_tokens"] / st["wall_s"]
@@ -151,14 +172,42 @@ def extract(args, eng, dev, sz, bw, rate, res):
     log.info("EXTRACT %s", {k: st[k] for k in ("wall_s", "output_tok_s", "pct_sol", "kv_regret_tokens")})
 
 
+def host_idle(st):
+    """Share of the decode wall in which the device waited on the host (between steps, and on admissions'
+    host work): 1 - the steps' device time (CUDA events from each step's first launch to its last) / wall."""
+    if st.get("decode_wall_s") and st.get("decode_device_s"):
+        st["host_idle_pct"] = 100 * (1 - st["decode_device_s"] / st["decode_wall_s"])
+
+
+def agreement(args, outs, st, first: int = 32):
+    """bf16 saves its GENERATE ids (first `first` tokens); an fp8 run in the same --out compares with them:
+    the share of sequences equal over those tokens and the distribution of the first differing step."""
+    path = Path(args.out) / "generate_ids_bf16.json"
+    mine = [o[:first] for o in outs]
+    if not args.quantize:
+        path.write_text(json.dumps(mine))
+        return
+    if not path.exists():
+        return
+    ref = json.loads(path.read_text())
+    if len(ref) != len(mine):
+        return
+    diff = [next((i for i, (a, b) in enumerate(zip(x, y)) if a != b), None) for x, y in zip(ref, mine)]
+    st["vs_bf16_equal_first_%d" % first] = sum(d is None for d in diff) / len(diff)
+    st["vs_bf16_first_diff_step"] = {str(k): int(v) for k, v in zip(*np.unique([d for d in diff if d is not None],
+                                                                              return_counts=True))}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="qwen3-4b-random")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--tokenizer", default=None)
     ap.add_argument("--quantize", default=None)
-    ap.add_argument("--sections", default="GENERATE,EXTRACT")
-    ap.add_argument("--no-hf", dest="hf", action="store_false")
+    ap.add_argument("--sections", default="GENERATE,HF,EXTRACT",
+                    help="GENERATE, HF (transformers on a sample of GENERATE's prompts), EXTRACT")
+    ap.add_argument("--no-shared-decode", dest="shared_decode", action="store_false",
+                    help="each sequence reads its document's KV itself (EngineConfig.shared_decode=False)")
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--commit", default="unknown")
     ap.add_argument("--out", required=True)
@@ -176,7 +225,7 @@ def main(argv=None):
             raise SystemExit(f"--size {kv}: expected one of {sorted(sz)}")
         sz[k] = int(v)
     eng = Engine(EngineConfig(model=args.model, device=args.device, tokenizer=args.tokenizer,
-                              quantize=args.quantize))
+                              quantize=args.quantize, shared_decode=args.shared_decode))
     dev = eng.rt.device
     bw, rate = copy_bandwidth(dev), matmul_rate(dev)
     if dev.type != "cuda":
@@ -189,12 +238,13 @@ def main(argv=None):
     name = args.name or f"decode_{args.quantize or 'bf16'}.json"
     for sec in args.sections.split(","):
         try:
-            {"GENERATE": generate, "EXTRACT": extract}[sec](args, eng, dev, sz, bw, rate, res)
+            {"GENERATE": generate, "HF": hf, "EXTRACT": extract}[sec](args, eng, dev, sz, bw, rate, res)
         except Exception as e:  # a section's failure is recorded; the next still runs
             log.exception("%s failed", sec)
             res[sec] = {"error": f"{type(e).__name__}: {e}"}
         (out / name).write_text(json.dumps(res, indent=1, default=str))
-    print(json.dumps({k: {kk: v.get(kk) for kk in ("wall_s", "output_tok_s", "pct_sol", "vs_hf", "error")}
+    print(json.dumps({k: {kk: v.get(kk) for kk in ("wall_s", "output_tok_s", "pct_sol", "vs_hf", "host_idle_pct",
+                                                   "preemptions", "kv_regret_tokens", "error")}
                       for k, v in res.items() if isinstance(v, dict) and k.isupper()}, indent=1))
 
 

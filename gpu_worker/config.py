@@ -183,6 +183,9 @@ class EngineConfig:
     cpu_kv_pool_mib: the CPU KV pool in MiB where kv_pool_tokens is unset; default the
         environment variable QUAIL_CPU_KV_POOL_MIB, else sized from memory (above).
     prefix_cache: share prefixes between prompts (off: every prompt from scratch).
+    shared_decode: a decode step reads a document's KV once for every sequence forking from
+        it (the fields of one extraction, the calls on one row), merged with each sequence's
+        own KV by log-sum-exp; off: once per sequence (same answers, more bytes read).
     on_overflow: "error" (name the row) or "truncate" (cut the document, never the question).
     max_prompt_tokens: longest prompt; default the model's context length.
     quantize: None (projections in `dtype`) or "fp8": projection weights and
@@ -210,6 +213,7 @@ class EngineConfig:
     token_budget: int | None = None
     kv_pool_tokens: int | None = None
     prefix_cache: bool = True
+    shared_decode: bool = True
     on_overflow: str = "error"
     max_prompt_tokens: int | None = None
     seed: int = 0

@@ -20,6 +20,7 @@ mask (extract) sets disallowed tokens to -inf first.
 """
 from __future__ import annotations
 
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -64,9 +65,12 @@ class Decoder:
     """Runs sequences to their end. Holds `Passes` (tree, pool, runner, counters), the vocabulary size,
     the end ids, the text decoder (stop strings), the grammars (extract) and the context limit."""
 
-    def __init__(self, passes: Passes, vocab: int, stop_ids, decode_text, grammars, limit: int):
+    def __init__(self, passes: Passes, vocab: int, stop_ids, decode_text, grammars, limit: int,
+                 shared: bool = True):
         self.passes, self.vocab, self.stop_ids = passes, vocab, frozenset(stop_ids)
         self.decode_text, self.grammars, self.limit = decode_text, grammars, limit
+        self.shared = shared  # a document's KV read once per step for all the sequences below it
+        self.events: list = []  # (start, end) CUDA events of this run's steps: the device's share of the wall
         self.max_seqs = max(1, min(passes.token_budget, LOGIT_BYTES // (8 * vocab)))  # (a pinned host copy too)
 
     @property
@@ -84,6 +88,7 @@ class Decoder:
             else:
                 first[k] = s
         waiting, running = deque(first.values()), []
+        t0 = time.perf_counter()
         try:
             while waiting or running:
                 if waiting:
@@ -93,6 +98,8 @@ class Decoder:
         except BaseException:
             self.passes._abandon()  # the pins of live sequences are not worth undoing one by one
             raise
+        finally:
+            self._account(t0)
         for s, twin in twins:
             s.out, s.cut, s.done = list(twin.out), twin.cut, True
 
@@ -149,7 +156,7 @@ class Decoder:
         while i < len(running):
             s = running[i]
             base = base_of(s.node)
-            cost = s.node.end - base.end + (0 if id(base) in base_ids else base.end)
+            cost = s.node.end - base.end + (0 if self.shared and id(base) in base_ids else base.end)
             if plan and ctx_tokens + cost > p.ctx_budget:
                 break  # the rest run next step, first
             got = self._place(s)
@@ -166,11 +173,19 @@ class Decoder:
             ctx_tokens += cost
             plan.append((s, *got))
             i += 1
-        jobs = [Job(s.node, [x], [slot], outputs=[(0, r)], ctx_flat=torch.from_numpy(s.ctx[:s.n_ctx]))
+        jobs = [Job(s.node, [x], [slot], outputs=[(0, r)], ctx_flat=torch.from_numpy(s.ctx[:s.n_ctx]),
+                    shared=self.shared)
                 for r, (s, x, slot, _) in enumerate(plan)]  # (views: a step only appends past n_ctx)
+        timed = p.runner.device.type == "cuda"
+        if timed:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
         launched = p.runner.run(jobs, full=True, on_device=True)
         order = launched.requests  # the logits' rows are in the runner's order
-        for r, tok in zip(order, self._argmax([plan[r][0] for r in order], launched.logits)):
+        toks = self._argmax([plan[r][0] for r in order], launched.logits, end if timed else None)
+        if timed:
+            self.events.append((start, end))
+        for r, tok in zip(order, toks):
             self._grow(*plan[r])
             self._take(plan[r][0], tok)
         running[:] = running[len(plan):] + [s for s, *_ in plan if not s.done]  # those left out go first
@@ -182,7 +197,18 @@ class Decoder:
             st[k] += len(plan)
         st["forward_passes"] += 1
         st["decode_steps"] += 1
+        st["decode_context_tokens"] += ctx_tokens  # the cached KV the step reads (a shared document once)
         tree.passes += 1
+
+    def _account(self, t0: float):
+        """decode_wall_s: this run's wall (admissions' prefills included); decode_device_s: the device's
+        time from each step's first launch to its last (CUDA), so the wall less it is where the device
+        waited on the host between steps (and on admissions)."""
+        ev, self.events = self.events, []
+        if ev:
+            ev[-1][1].synchronize()
+            self.stats["decode_device_s"] += sum(a.elapsed_time(b) for a, b in ev) / 1e3
+        self.stats["decode_wall_s"] += time.perf_counter() - t0
 
     def _place(self, s: Seq):
         """(node of the input token, its slot list or None, whether the node is new) for this step, or
@@ -215,16 +241,20 @@ class Decoder:
         s.node, s.own = x, (x if fresh_node else None)
 
     # tokens ------------------------------------------------------------------------
-    def _argmax(self, seqs: list[Seq], logits: torch.Tensor) -> list[int]:
+    def _argmax(self, seqs: list[Seq], logits: torch.Tensor, done=None) -> list[int]:
         """Greedy tokens of logits [n, vocab] on their device (the first maximum: ties go to the lowest id);
-        a grammar's disallowed tokens at -inf first. Only the ids come back to the host."""
+        a grammar's disallowed tokens at -inf first. Only the ids come back to the host (`done`, a CUDA
+        event, recorded once the step's last kernel is launched)."""
         masked = [k for k, s in enumerate(seqs) if s.matcher is not None]
         with torch.inference_mode():
             if masked:
                 ok = torch.ones(logits.shape, dtype=torch.bool)
                 ok[masked] = torch.from_numpy(np.stack([self._mask(seqs[k]) for k in masked]))
                 logits = logits.masked_fill(~ok.to(logits.device), float("-inf"))
-            return logits.argmax(-1).tolist()
+            ids = logits.argmax(-1)
+            if done is not None:
+                done.record()
+            return ids.tolist()
 
     def _choose(self, s: Seq, logits: np.ndarray):
         """Greedy choice of the next token from host logits at the sequence's end (after its prefill)."""

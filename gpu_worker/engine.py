@@ -69,7 +69,10 @@ class Engine:
         grammar of its JSON value (or null), so every finished answer parses; a field cut by max_tokens
         is None and named in `Extraction.cut`.
     Counters (`stats`): output_tokens, decode_steps, preemptions beside the prefill ones; a decode
-    call's prompts count in requested / fresh / reused tokens like any request.
+    call's prompts count in requested / fresh / reused tokens like any request. decode_context_tokens:
+    the cached KV the steps read (a document shared by a row's sequences counted once per step with
+    `shared_decode`, else once per sequence); decode_wall_s and, on a GPU, decode_device_s (each
+    step's time on the device, from its first launch to its last).
 
     Examples
     --------
@@ -121,7 +124,8 @@ class Engine:
         self.grammars = Grammars(self.tokenizer, src.config.vocab_size)  # llguidance loaded on first extract
         # the tokenizer's decoding as a function, not a bound method: no reference cycle (see `chunks` above)
         self.decoder = Decoder(self.passes, src.config.vocab_size, self.renderer.stop_ids(),
-                               functools.partial(_decode_text, self.tokenizer), self.grammars, self.rt.max_position)
+                               functools.partial(_decode_text, self.tokenizer), self.grammars, self.rt.max_position,
+                               shared=cfg.shared_decode)
         self.reset_stats()
         if cfg.measure_rate:  # once per (model, device, dtype): the planner's rates (the stats reset below)
             rates.measure(self, weights.cache_root(cfg.cache_dir), rates.weights_key(cfg.model, src.folder))
@@ -379,7 +383,8 @@ class Engine:
         self.stats.update({"requested_tokens": 0, "fresh_tokens": 0, "reused_tokens": 0,
                            "kv_regret_tokens": 0, "min_fresh_tokens": 0, "forward_passes": 0,
                            "requests": 0, "wall_s": 0.0, "truncated_rows": 0, "stages": [],
-                           "output_tokens": 0, "decode_steps": 0, "preemptions": 0,
+                           "output_tokens": 0, "decode_steps": 0, "preemptions": 0, "decode_wall_s": 0.0,
+                           "decode_device_s": 0.0, "decode_context_tokens": 0,
                            **dict.fromkeys(TREE_COUNTERS, 0)})
         self.passes.tree_seen = dict(self.tree.stats)
 

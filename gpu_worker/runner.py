@@ -73,6 +73,8 @@ class ModelRunner:
         base = base_of(ctx)
         if key not in cache:
             cache[key] = self._context_slots(job, base, cache)  # host; moved with the pass's other indices
+        if not job.shared:
+            return Group(cache[key], seq_lo, seq_hi, tok_lo, tok_hi, ctx_key=key)
         return Group(cache[key], seq_lo, seq_hi, tok_lo, tok_hi, base_key=id(base), base_len=base.end, ctx_key=key)
 
     @staticmethod

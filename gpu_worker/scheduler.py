@@ -43,6 +43,7 @@ class Job:
     optional: set[int] = field(default_factory=set)  # indices of nodes stored with no pending user
     ctx_slots: list[list[int]] | None = None  # slots of each context node (root down), when some are stored in this pass
     ctx_flat: object = None  # int64 host tensor of the whole context's slots, kept up to date by the caller (decode)
+    shared: bool = True  # its base's KV read once with the other jobs below that base (off: read for this job alone)
 
     @property
     def start(self) -> int:

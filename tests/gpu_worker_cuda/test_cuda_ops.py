@@ -361,3 +361,31 @@ def test_fp8_context_attention_in_the_engine_stays_near_bf16_context():
     # in the interpreter): the noise of the FP8 projections, whose margins move by more
     assert np.sqrt(((got - want) ** 2).mean()) <= 0.2 * np.sqrt((want ** 2).mean())
     assert not np.array_equal(got, want)  # the float8 context did run
+
+
+@needs_triton
+def test_shared_prefix_decode_reads_each_document_once_and_decodes_as_torch_ops():
+    """Decoding through the fused context kernel: several generations (and the fields of an extraction)
+    fork from one document, whose KV a step reads once for all of them (their query rows in one segment,
+    each sequence's own tokens in a second, merged by log-sum-exp); the answers equal those of TorchOps
+    and of the same engine with shared_decode off, which reads the document once per sequence."""
+    rng = np.random.default_rng(5)
+    docs = [" ".join(rng.choice(["apple", "river", "stock", "refund", "train", "cat"], int(n))) for n in (90, 60)]
+    prompts = ["Name a fruit.", "Write a title.", "Say why."]
+    fields = {"name": "string", "age": "integer", "ok": "boolean"}
+    outs, read = [], []
+    for shared, triton in ((True, True), (False, True), (True, False)):
+        eng = Engine(EngineConfig(model="tiny-qwen3-random", device=DEVICE, dtype="float32" if not CUDA else None,
+                                  use_triton=triton, shared_decode=shared))
+        if triton and not CUDA:
+            eng.runner.ops = eng.rt.ops = CudaOps(use_triton=True, self_attn="triton", ctx_attn="fused")
+        eng.reset_stats()
+        gen = eng.generate_ids([d for d in docs for _ in prompts], prompts * len(docs), max_tokens=6, ignore_eos=True)
+        read.append(eng.stats["decode_context_tokens"])
+        assert eng.stats["decode_steps"] == 5 and eng.stats["output_tokens"] == 36  # (the first from the prefill)
+        ext = eng.extract(docs, fields, max_tokens=5)
+        outs.append((gen, [e.values for e in ext], [e.cut for e in ext]))
+    assert outs[0] == outs[1] == outs[2]
+    # three prompts on one document: its ~100 tokens read once a step, not three times (each prompt's own
+    # tokens and answer read per sequence either way)
+    assert read[0] < 0.6 * read[1]

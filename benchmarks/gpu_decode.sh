@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The decode figures BENCHMARKS.md quotes (GENERATE, EXTRACT: DESIGN.md "Workloads"), in two parts that
+# each fit one device command (under 600 s on an H200): part 1 the compiled test suite, GENERATE in bf16
+# and in FP8 (its first 32 tokens compared with bf16's); part 2 transformers' `generate` on a sample of
+# GENERATE's prompts, EXTRACT with shared-prefix decode on and off.
+# Every step has its own time limit; results and logs go to $OUT (default benchmarks/results/decode_h200_<commit>),
+# with `nvidia-smi dmon` beside each part.
+#
+#   bash benchmarks/gpu_decode.sh 1      # needs the tokenizer in .cache/tok and .cache/commit (the commit)
+#   bash benchmarks/gpu_decode.sh 2
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONPATH=.:benchmarks${PYTHONPATH:+:$PYTHONPATH}
+C=$(cat .cache/commit 2>/dev/null || git rev-parse --short HEAD)
+OUT=${OUT:-benchmarks/results/decode_h200_$C}
+bench() {  # limit name args...
+    local limit=$1 name=$2
+    shift 2
+    timeout "$limit" python3 benchmarks/gpu_decode.py --tokenizer .cache/tok --commit "$C" --out "$OUT" \
+        --name "$name" "$@" > "$OUT/${name%.json}.stdout" 2>&1
+    echo "$name: rc $?"
+    grep -E "gpu_decode (GENERATE|EXTRACT)|Error|error" "$OUT/${name%.json}.stdout" | cut -c1-300 | tail -5
+}
+mkdir -p "$OUT"
+if command -v nvidia-smi > /dev/null; then
+    nvidia-smi dmon -s pucv -d 1 -o T > "$OUT/dmon_part${1:-x}.txt" 2>&1 &
+    DMON=$!
+    trap 'kill $DMON 2> /dev/null' EXIT
+fi
+case "${1:-}" in
+1)
+    QUAIL_TOKENIZER=$PWD/.cache/tok timeout 200 make test-installed > "$OUT/make_test_installed_h200.log" 2>&1
+    echo "make test-installed: rc $?"; tail -1 "$OUT/make_test_installed_h200.log"
+    bench 200 generate_bf16.json --sections GENERATE
+    bench 170 generate_fp8.json --sections GENERATE --quantize fp8
+    ;;
+2)
+    bench 150 generate_hf.json --sections HF
+    bench 200 extract_bf16.json --sections EXTRACT
+    bench 200 extract_bf16_unshared.json --sections EXTRACT --no-shared-decode
+    ;;
+*)
+    echo "usage: bash benchmarks/gpu_decode.sh 1|2" >&2
+    exit 2
+    ;;
+esac
