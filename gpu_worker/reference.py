@@ -30,6 +30,23 @@ def last_logits(model, ids: list[int]) -> torch.Tensor:
 
 
 def hf_margin(model, engine, ids: list[int]) -> float:
+    return hf_margins(model, engine, [ids])[0]
+
+
+@torch.no_grad()
+def hf_margins(model, engine, prompts: list[list[int]], batch: int = 32) -> list[float]:
+    """`hf_margin` of each prompt, `batch` prompts a forward pass: right-padded under an attention mask (a
+    padded key weighs exactly 0 and a row's positions are its own), each row's logits read at its last
+    token."""
     t, f = engine.answer_token_ids
-    lg = last_logits(model, ids)
-    return float(torch.logsumexp(lg[t], 0) - torch.logsumexp(lg[f], 0))
+    out = []
+    for lo in range(0, len(prompts), batch):
+        group = prompts[lo:lo + batch]
+        width = max(map(len, group))
+        ids = torch.tensor([p + [0] * (width - len(p)) for p in group])
+        mask = torch.tensor([[1] * len(p) + [0] * (width - len(p)) for p in group])
+        logits = model(ids, attention_mask=mask).logits.float()
+        for r, p in enumerate(group):
+            lg = logits[r, len(p) - 1]
+            out.append(float(torch.logsumexp(lg[t], 0) - torch.logsumexp(lg[f], 0)))
+    return out

@@ -23,6 +23,8 @@ import triton.language as tl
 
 from quail_kernels._util import FLOAT_DTYPES, block_size, check_device, check_tensor
 
+INTERPRETER_BLOCK_T = 32  # tokens per program in Triton's interpreter (on the GPU: one)
+
 
 @triton.jit
 def _norm_rope_heads(x_ptr, x_row, w_ptr, out_ptr, out_row, j, jmask, mask, c, s, half, d, eps,
@@ -53,42 +55,49 @@ def _norm_rope_heads(x_ptr, x_row, w_ptr, out_ptr, out_row, j, jmask, mask, c, s
 def _qk_norm_rope_kernel(
     q_ptr, k_ptr, v_ptr, pos_ptr, cos_ptr, sin_ptr, qw_ptr, kw_ptr,
     q_out_ptr, k_out_ptr, k_cache_ptr, v_cache_ptr, slot_ptr,
-    n_q, n_kv, d, half, n_slots, eps,
+    T, n_q, n_kv, d, half, n_slots, eps,
     stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
     stride_cos, stride_sin,
     stride_qot, stride_qoh, stride_kot, stride_koh,
     stride_kcs, stride_kch, stride_vcs, stride_vch,
     HAS_NORM: tl.constexpr, HAS_CACHE: tl.constexpr,
-    BLOCK_HQ: tl.constexpr, BLOCK_HKV: tl.constexpr, BLOCK_HALF: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_HQ: tl.constexpr, BLOCK_HKV: tl.constexpr, BLOCK_HALF: tl.constexpr,
 ):
-    # one program per token t; q: [n_q, d], k, v: [n_kv, d] for this token
-    t = tl.program_id(0).to(tl.int64)
+    # one program per BLOCK_T tokens; a row of a block is one (token, head): q [BLOCK_T * BLOCK_HQ, half]
+    # per half, k and v [BLOCK_T * BLOCK_HKV, half] (BLOCK_T is 1 on the GPU; in Triton's interpreter a
+    # block of tokens per program saves its per-program cost)
+    t0 = tl.program_id(0).to(tl.int64) * BLOCK_T
     j = tl.arange(0, BLOCK_HALF)[None, :]  # [1, BLOCK_HALF], index into a half
     jmask = j < half
-    pos = tl.load(pos_ptr + t)
+
+    rq = tl.arange(0, BLOCK_T * BLOCK_HQ)[:, None]
+    tq = t0 + rq // BLOCK_HQ
+    hq = rq % BLOCK_HQ
+    qmask = (hq < n_q) & (tq < T) & jmask
+    pos = tl.load(pos_ptr + tq, mask=tq < T, other=0)
     c = tl.load(cos_ptr + pos * stride_cos + j, mask=jmask, other=0.0).to(tl.float32)
     s = tl.load(sin_ptr + pos * stride_sin + j, mask=jmask, other=0.0).to(tl.float32)
-
-    # q heads: [BLOCK_HQ, BLOCK_HALF] per half; k heads the same with k's norm weight, then the cache store
-    hq = tl.arange(0, BLOCK_HQ)[:, None]
-    qmask = (hq < n_q) & jmask
-    _norm_rope_heads(q_ptr, q_ptr + t * stride_qt + hq * stride_qh, qw_ptr,
-                     q_out_ptr, q_out_ptr + t * stride_qot + hq * stride_qoh,
+    _norm_rope_heads(q_ptr, q_ptr + tq * stride_qt + hq * stride_qh, qw_ptr,
+                     q_out_ptr, q_out_ptr + tq * stride_qot + hq * stride_qoh,
                      j, jmask, qmask, c, s, half, d, eps, HAS_NORM)
-    hk = tl.arange(0, BLOCK_HKV)[:, None]
-    kmask = (hk < n_kv) & jmask
-    ko1, ko2 = _norm_rope_heads(k_ptr, k_ptr + t * stride_kt + hk * stride_kh, kw_ptr,
-                                k_out_ptr, k_out_ptr + t * stride_kot + hk * stride_koh,
+
+    rk = tl.arange(0, BLOCK_T * BLOCK_HKV)[:, None]
+    tk = t0 + rk // BLOCK_HKV
+    hk = rk % BLOCK_HKV
+    kmask = (hk < n_kv) & (tk < T) & jmask
+    pos = tl.load(pos_ptr + tk, mask=tk < T, other=0)
+    c = tl.load(cos_ptr + pos * stride_cos + j, mask=jmask, other=0.0).to(tl.float32)
+    s = tl.load(sin_ptr + pos * stride_sin + j, mask=jmask, other=0.0).to(tl.float32)
+    ko1, ko2 = _norm_rope_heads(k_ptr, k_ptr + tk * stride_kt + hk * stride_kh, kw_ptr,
+                                k_out_ptr, k_out_ptr + tk * stride_kot + hk * stride_koh,
                                 j, jmask, kmask, c, s, half, d, eps, HAS_NORM)
     if HAS_CACHE:
-        # slot as a [BLOCK_HKV, 1] block: Triton's interpreter mis-types the
-        # mask `block & scalar_bool` (int32 instead of bool)
-        slot = tl.load(slot_ptr + t) + tl.zeros([BLOCK_HKV, 1], dtype=tl.int64)
+        slot = tl.load(slot_ptr + tk, mask=tk < T, other=-1)  # [rows, 1]
         cmask = kmask & (slot >= 0) & (slot < n_slots)
         kc_row = k_cache_ptr + slot * stride_kcs + hk * stride_kch
         tl.store(kc_row + j, ko1, mask=cmask)
         tl.store(kc_row + half + j, ko2, mask=cmask)
-        v_row = v_ptr + t * stride_vt + hk * stride_vh
+        v_row = v_ptr + tk * stride_vt + hk * stride_vh
         v1 = tl.load(v_row + j, mask=cmask, other=0.0)
         v2 = tl.load(v_row + half + j, mask=cmask, other=0.0)
         vc_row = v_cache_ptr + slot * stride_vcs + hk * stride_vch
@@ -153,18 +162,19 @@ def qk_norm_rope(q, k, v, positions, cos, sin, q_norm_weight, k_norm_weight, eps
     qw, kw = (q_norm_weight, k_norm_weight) if has_norm else (q, q)
     kc, vc, sl, vv = (k_cache, v_cache, slots, v) if has_cache else (k_out, k_out, positions, k)
     BLOCK_HQ, BLOCK_HKV, BLOCK_HALF = block_size(n_q), block_size(n_kv), block_size(d // 2)
+    BLOCK_T = 1 if q.device.type == "cuda" else INTERPRETER_BLOCK_T
     sq, sk, sv = q.stride(), k.stride(), vv.stride()
     sqo, sko, skc, svc = q_out.stride(), k_out.stride(), kc.stride(), vc.stride()
-    _qk_norm_rope_kernel[(T,)](
+    _qk_norm_rope_kernel[(triton.cdiv(T, BLOCK_T),)](
         q, k, vv, positions, cos, sin, qw, kw,
         q_out, k_out, kc, vc, sl,
-        n_q, n_kv, d, d // 2, kc.shape[0], float(eps),
+        T, n_q, n_kv, d, d // 2, kc.shape[0], float(eps),
         sq[0], sq[1], sk[0], sk[1], sv[0], sv[1],
         cos.stride(0), sin.stride(0),
         sqo[0], sqo[1], sko[0], sko[1],
         skc[0], skc[1], svc[0], svc[1],
         HAS_NORM=has_norm, HAS_CACHE=has_cache,
-        BLOCK_HQ=BLOCK_HQ, BLOCK_HKV=BLOCK_HKV, BLOCK_HALF=BLOCK_HALF,
+        BLOCK_T=BLOCK_T, BLOCK_HQ=BLOCK_HQ, BLOCK_HKV=BLOCK_HKV, BLOCK_HALF=BLOCK_HALF,
         num_warps=4 if BLOCK_HQ * BLOCK_HALF <= 2048 else 8,
     )
     return q_out, k_out

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from gpu_worker import Engine, EngineConfig
-from gpu_worker.reference import hf_margin, hf_model, last_logits
+from gpu_worker.reference import hf_margin, hf_margins, hf_model, last_logits
 
 DOCS = [
     "The refund never arrived and support ignored me.", "A quiet walk in the park.",
@@ -41,23 +41,14 @@ def pair(request, smol_engine):
 
 def test_margins_match_transformers_on_mixed_prompts(pair):
     eng, hf = pair
-    got, want = [], []
     f = eng.filter(DOCS, QUESTIONS)  # 80 prompts
-    for i, d in enumerate(DOCS):
-        for j, q in enumerate(QUESTIONS):
-            got.append(f[i, j])
-            want.append(hf_margin(hf, eng, eng.render_filter(d, q)))
     c = eng.chain(DOCS, CHAIN, short_circuit=False)  # 60 prompts
-    for i, d in enumerate(DOCS):
-        for j, q in enumerate(CHAIN):
-            got.append(c[i, j])
-            want.append(hf_margin(hf, eng, eng.render_filter(d, q)))
     jn = eng.join(ANCHORS, PARTNERS, JOIN_Q)  # 60 prompts
-    for i, a in enumerate(ANCHORS):
-        for j, p in enumerate(PARTNERS):
-            got.append(jn[i, j])
-            want.append(hf_margin(hf, eng, eng.render_join(a, p, JOIN_Q)))
-    got, want = np.array(got), np.array(want)
+    got = np.concatenate([f.ravel(), c.ravel(), jn.ravel()])
+    prompts = ([eng.render_filter(d, q) for d in DOCS for q in QUESTIONS]
+               + [eng.render_filter(d, q) for d in DOCS for q in CHAIN]
+               + [eng.render_join(a, p, JOIN_Q) for a in ANCHORS for p in PARTNERS])
+    want = np.array(hf_margins(hf, eng, prompts))  # transformers, one prompt per row of a padded batch
     assert len(got) >= 200 and not np.isnan(got).any()
     assert np.abs(got - want).max() <= 1e-3, np.abs(got - want).max()
     # the check is not vacuous: margins differ between prompts
