@@ -52,6 +52,19 @@ def _norm_rope_heads(x_ptr, x_row, w_ptr, out_ptr, out_row, j, jmask, mask, c, s
 
 
 @triton.jit
+def _token_rows(t0, pos_ptr, cos_ptr, sin_ptr, stride_cos, stride_sin, j, jmask, T, n_h,
+                BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr):
+    """Rows [BLOCK_T * BLOCK_H, 1] of (token, head) pairs from token t0: (token, head, mask, cos, sin)."""
+    r = tl.arange(0, BLOCK_T * BLOCK_H)[:, None]
+    t = t0 + r // BLOCK_H
+    h = r % BLOCK_H
+    pos = tl.load(pos_ptr + t, mask=t < T, other=0)
+    c = tl.load(cos_ptr + pos * stride_cos + j, mask=jmask, other=0.0).to(tl.float32)
+    s = tl.load(sin_ptr + pos * stride_sin + j, mask=jmask, other=0.0).to(tl.float32)
+    return t, h, (h < n_h) & (t < T) & jmask, c, s
+
+
+@triton.jit
 def _qk_norm_rope_kernel(
     q_ptr, k_ptr, v_ptr, pos_ptr, cos_ptr, sin_ptr, qw_ptr, kw_ptr,
     q_out_ptr, k_out_ptr, k_cache_ptr, v_cache_ptr, slot_ptr,
@@ -70,24 +83,14 @@ def _qk_norm_rope_kernel(
     j = tl.arange(0, BLOCK_HALF)[None, :]  # [1, BLOCK_HALF], index into a half
     jmask = j < half
 
-    rq = tl.arange(0, BLOCK_T * BLOCK_HQ)[:, None]
-    tq = t0 + rq // BLOCK_HQ
-    hq = rq % BLOCK_HQ
-    qmask = (hq < n_q) & (tq < T) & jmask
-    pos = tl.load(pos_ptr + tq, mask=tq < T, other=0)
-    c = tl.load(cos_ptr + pos * stride_cos + j, mask=jmask, other=0.0).to(tl.float32)
-    s = tl.load(sin_ptr + pos * stride_sin + j, mask=jmask, other=0.0).to(tl.float32)
+    tq, hq, qmask, c, s = _token_rows(t0, pos_ptr, cos_ptr, sin_ptr, stride_cos, stride_sin, j, jmask, T, n_q,
+                                      BLOCK_T, BLOCK_HQ)
     _norm_rope_heads(q_ptr, q_ptr + tq * stride_qt + hq * stride_qh, qw_ptr,
                      q_out_ptr, q_out_ptr + tq * stride_qot + hq * stride_qoh,
                      j, jmask, qmask, c, s, half, d, eps, HAS_NORM)
 
-    rk = tl.arange(0, BLOCK_T * BLOCK_HKV)[:, None]
-    tk = t0 + rk // BLOCK_HKV
-    hk = rk % BLOCK_HKV
-    kmask = (hk < n_kv) & (tk < T) & jmask
-    pos = tl.load(pos_ptr + tk, mask=tk < T, other=0)
-    c = tl.load(cos_ptr + pos * stride_cos + j, mask=jmask, other=0.0).to(tl.float32)
-    s = tl.load(sin_ptr + pos * stride_sin + j, mask=jmask, other=0.0).to(tl.float32)
+    tk, hk, kmask, c, s = _token_rows(t0, pos_ptr, cos_ptr, sin_ptr, stride_cos, stride_sin, j, jmask, T, n_kv,
+                                      BLOCK_T, BLOCK_HKV)
     ko1, ko2 = _norm_rope_heads(k_ptr, k_ptr + tk * stride_kt + hk * stride_kh, kw_ptr,
                                 k_out_ptr, k_out_ptr + tk * stride_kot + hk * stride_koh,
                                 j, jmask, kmask, c, s, half, d, eps, HAS_NORM)
