@@ -15,8 +15,11 @@ sequences on average, each attending to its prompt and half its output on averag
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
 import json
 import logging
+import pstats
 import sys
 import time
 from pathlib import Path
@@ -212,6 +215,8 @@ def main(argv=None):
     ap.add_argument("--commit", default="unknown")
     ap.add_argument("--out", required=True)
     ap.add_argument("--name", default=None)
+    ap.add_argument("--profile", action="store_true",
+                    help="cProfile of each section's host work into <name>.<section>.prof.txt beside the results")
     ap.add_argument("--size", action="append", default=[], metavar="KEY=N",
                     help="override one size (e.g. ext_docs=256); the results file records the sizes run")
     args = ap.parse_args(argv)
@@ -237,11 +242,21 @@ def main(argv=None):
     out.mkdir(parents=True, exist_ok=True)
     name = args.name or f"decode_{args.quantize or 'bf16'}.json"
     for sec in args.sections.split(","):
+        prof = cProfile.Profile() if args.profile else None
         try:
+            if prof:
+                prof.enable()
             {"GENERATE": generate, "HF": hf, "EXTRACT": extract}[sec](args, eng, dev, sz, bw, rate, res)
         except Exception as e:  # a section's failure is recorded; the next still runs
             log.exception("%s failed", sec)
             res[sec] = {"error": f"{type(e).__name__}: {e}"}
+        finally:
+            if prof:
+                prof.disable()
+                text = io.StringIO()
+                for key in ("tottime", "cumulative"):
+                    pstats.Stats(prof, stream=text).sort_stats(key).print_stats(35)
+                (out / f"{Path(name).stem}.{sec}.prof.txt").write_text(text.getvalue())
         (out / name).write_text(json.dumps(res, indent=1, default=str))
     print(json.dumps({k: {kk: v.get(kk) for kk in ("wall_s", "output_tok_s", "pct_sol", "vs_hf", "host_idle_pct",
                                                    "preemptions", "kv_regret_tokens", "error")}

@@ -8,6 +8,7 @@
 #
 #   bash benchmarks/gpu_decode.sh 1      # needs the tokenizer in .cache/tok and .cache/commit (the commit)
 #   bash benchmarks/gpu_decode.sh 2
+# GEN_SIZE / EXT_SIZE pass size overrides (e.g. GEN_SIZE="--size gen_prompts=1024"), recorded in the results.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH=.:benchmarks${PYTHONPATH:+:$PYTHONPATH}
@@ -29,15 +30,16 @@ if command -v nvidia-smi > /dev/null; then
 fi
 case "${1:-}" in
 1)
-    QUAIL_TOKENIZER=$PWD/.cache/tok timeout 200 make test-installed > "$OUT/make_test_installed_h200.log" 2>&1
+    QUAIL_TOKENIZER=$PWD/.cache/tok timeout 170 make test-installed > "$OUT/make_test_installed_h200.log" 2>&1
     echo "make test-installed: rc $?"; tail -1 "$OUT/make_test_installed_h200.log"
-    bench 200 generate_bf16.json --sections GENERATE
-    bench 170 generate_fp8.json --sections GENERATE --quantize fp8
+    bench 150 generate_bf16.json --sections GENERATE ${GEN_SIZE:-}
+    bench 60 generate_bf16_profile.json --sections GENERATE --size gen_prompts=256 --size gen_tokens=32 --profile
+    bench 140 generate_fp8.json --sections GENERATE --quantize fp8 ${GEN_SIZE:-}
     ;;
 2)
     bench 150 generate_hf.json --sections HF
-    bench 200 extract_bf16.json --sections EXTRACT
-    bench 200 extract_bf16_unshared.json --sections EXTRACT --no-shared-decode
+    bench 200 extract_bf16.json --sections EXTRACT --profile ${EXT_SIZE:-}
+    bench 200 extract_bf16_unshared.json --sections EXTRACT --no-shared-decode ${EXT_SIZE:-}
     ;;
 *)
     echo "usage: bash benchmarks/gpu_decode.sh 1|2" >&2
