@@ -129,12 +129,13 @@ def build_plan(meta: AttnMeta, device, n_rep: int, self_attn: str = "auto", fold
     arrays: dict[str, np.ndarray] = {"cu": cu}
     fold_rows = np.zeros((2, n_seq), dtype=np.int64)
     fold_pieces, fold_off, split_groups = [], 0, []
+    any_long = bool(long.any())
     for g in meta.groups:
         c = 0 if g.ctx_slots is None else g.ctx_slots.numel()
         if c == 0:
             continue
         n = g.seq_hi - g.seq_lo
-        short = fold and not long[g.seq_lo:g.seq_hi].any()
+        short = fold and not (any_long and long[g.seq_lo:g.seq_hi].any())
         if short and (c <= FOLD_CTX or (n == 1 and c <= FOLD_CTX_SOLO)):
             piece = g.ctx_slots
         elif short and g.base_key and 0 < g.base_len < c and c - g.base_len <= FOLD_CTX:

@@ -31,6 +31,8 @@ class ModelRunner:
 
     def build(self, jobs: list[Job]):
         """Pack jobs (grouped by context node) into input tensors and AttnMeta."""
+        if jobs and all(j.ctx_flat is not None for j in jobs):
+            return self._build_step(jobs)
         # groups under one base (an anchor) adjacent, so their shared context is read once
         jobs = sorted(jobs, key=lambda j: (0, 0, 0) if j.ctx is None else (1, id(base_of(j.ctx)), id(j.ctx)))
         ids, pos, write, logit_index, requests = [], [], [], [], []
@@ -54,6 +56,37 @@ class ModelRunner:
                 requests.append(r)
             cu.append(base + n_tok)
         groups.append(self._group(prev_job, g_seq, len(jobs), g_tok, cu[-1], ctx_cache))
+        return self._meta(ids, pos, write, logit_index, requests, cu, groups, ctx_cache)
+
+    def _build_step(self, jobs: list[Job]):
+        """`build` of a decode step: every job one token after a context whose slots it brings flat
+        (`Job.ctx_flat`), one output at that token. The same packing, groups and order as `build` gives
+        such jobs, without walking nodes per token."""
+        bases = {id(j): base_of(j.ctx) for j in jobs}
+        jobs = sorted(jobs, key=lambda j: (id(bases[id(j)]), id(j.ctx)))
+        n = len(jobs)
+        ids = [j.nodes[0].tokens[0] for j in jobs]
+        pos = [j.nodes[0].start for j in jobs]
+        write = [-1 if j.store[0] is None else j.store[0][0] for j in jobs]
+        requests = [j.outputs[0][1] for j in jobs]
+        groups: list[Group] = []
+        ctx_cache: dict[int, torch.Tensor] = {}
+        prev = None
+        for s, j in enumerate(jobs):
+            if j.ctx is prev:  # two sequences at one node: one group
+                groups[-1].seq_hi = groups[-1].tok_hi = s + 1
+                continue
+            prev, key, base = j.ctx, id(j.ctx), bases[id(j)]
+            ctx_cache[key] = j.ctx_flat
+            if j.shared:
+                groups.append(Group(j.ctx_flat, s, s + 1, s, s + 1, base_key=id(base), base_len=base.end, ctx_key=key))
+            else:
+                groups.append(Group(j.ctx_flat, s, s + 1, s, s + 1, ctx_key=key))
+        return self._meta(ids, pos, write, range(n), requests, range(n + 1), groups, ctx_cache)
+
+    def _meta(self, ids, pos, write, logit_index, requests, cu, groups, ctx_cache):
+        """The pass's index arrays on the device (one copy) and its AttnMeta."""
+        cu = list(cu)
         host = [torch.tensor(x, dtype=torch.long) for x in (ids, pos, write, logit_index)]
         ctx_keys = [k for k in ctx_cache if not isinstance(k, tuple)]  # one slot tensor per distinct context
         ids_d, pos_d, write_d, logit_d, *ctx_d = self._to_device_all(host + [ctx_cache[k] for k in ctx_keys])
