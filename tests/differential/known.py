@@ -10,7 +10,6 @@ OUTER = ("on:outer", "on:semi", "sub")
 KNOWN = {
     "anchor_dropped_template_column": ([tuple(f"tmpl_col_anchor@{c}" for c in OUTER)], None),
     "nan_bound_inner_ai_join_rules_on": ([("nan_bound@on:inner",)], ("rules_on",)),
-    "nested_call_partner_side": ([tuple(f"nested@{c}" for c in OUTER)], None),
     "three_inner_joins_doc_over_both": ([("three_inner",), ("doc_over_both@on:inner",)], ("rules_on",)),
     "quail_session_anchor_column": ([tuple(f"{t}@{c}" for t in ("anchor_col", "anchor_expr_alias")
                                            for c in ("on:inner", "on:outer", "on:semi", "sub", "where", "select"))],

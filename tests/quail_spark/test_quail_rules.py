@@ -94,6 +94,9 @@ RUNNABLE_CASES = [  # rules that run with the optimizer rules off too (Spark alo
     ("ai_subquery", "in_under_or",
      "SELECT t.tid FROM terms t WHERE t.tid < 2 OR t.kind IN (SELECT n.kind FROM notes n "
      "WHERE ai_if('Does {0} mention {1}?', n.body, t.term))"),
+    ("ai_subquery", "not_in_over_a_nested_classify",  # the label a column of the subquery's rows, once per row
+     "SELECT t.tid, t.kind NOT IN (SELECT n.kind FROM notes n WHERE ai_if('Is {0} related to {1}?', "
+     "ai_classify(n.body, array('rude', 'kind')), t.term)) AS e FROM terms t"),
     ("keep_repartition", "ai_filter_over_a_repartition_hint",  # the AI calls run after the shuffle, id > 1 before
      "SELECT id FROM (SELECT /*+ REPARTITION(3) */ * FROM notes) WHERE ai_if('Is {0} rude?', body) AND id > 1"),
 ]

@@ -52,9 +52,11 @@ def random_model(spark):
 
 
 class Oracle:
-    """sqlite3 over the same tables; ai_if / ai_filter / ai_score evaluated per row through gpu_worker.ai_calls.
+    """sqlite3 over the same tables; ai_if / ai_filter / ai_score / ai_classify evaluated per row through
+    gpu_worker.ai_calls.
 
     ``ai_if(template, c0, c1, anchor)``: the optional last integer is the argument placed first.
+    ``ai_classify(doc, label0, label1, ...)``: Spark's ``ai_classify(doc, array(label0, label1, ...))``.
     """
 
     def __init__(self):
@@ -71,6 +73,7 @@ class Oracle:
             self.db.executemany(f"INSERT INTO {name} VALUES ({', '.join('?' * len(cols))})", rows)
         for fn, kind in (("ai_if", "if"), ("ai_filter", "if"), ("ai_score", "score")):
             self.db.create_function(fn, -1, lambda *args, kind=kind: self.value(kind, *args))
+        self.db.create_function("ai_classify", -1, self.label)
 
     def value(self, kind: str, template, *cols):
         """One row's answer: NULL for a NULL / blank template (as a template column's row gives)."""
@@ -85,6 +88,15 @@ class Oracle:
         if key not in self.cache:
             call = Call(kind, template, len(cols), anchor=anchor)
             self.cache[key] = evaluate(self.eng, call, [[v] for v in cols])[0]
+        return self.cache[key]
+
+    def label(self, doc, *labels):
+        """ai_classify's label of one document (NULL for a NULL / blank one)."""
+        from gpu_worker.ai_calls import Call, evaluate
+
+        key = ("classify", doc, labels)
+        if key not in self.cache:
+            self.cache[key] = evaluate(self.eng, Call("classify", "{0}", 1, labels), [[doc]])[0]
         return self.cache[key]
 
     def rows(self, sql: str) -> Counter:
@@ -253,6 +265,45 @@ def test_nested_ai_call_reading_the_partner(spark, random_model, oracle, name, s
 def test_nested_call_answers_both_ways(oracle):
     got = oracle.rows(f"SELECT {NESTED_SQLITE} FROM a x CROSS JOIN c y")
     assert got[(1,)] >= 1 and got[(0,)] >= 1, got
+
+
+# an ai_classify (which no pair evaluation answers) over one side of a correlated NOT IN / IN or an outer ON:
+# a column of that side, one label per row; over both sides, refused naming it
+LABEL = "ai_classify(y.cnote, array('spam', 'a summary'))"
+OF_LABEL = f"ai_filter('{FAIR}', x.abody, {LABEL})"
+
+
+def sqlite_text(sql: str) -> str:
+    """The query in SQLite's spelling: ai_classify's labels as its last arguments."""
+    return sql.replace("array('spam', 'a summary')", "'spam', 'a summary'") \
+        .replace("array('parcel', 'café', 'dog')", "'parcel', 'café', 'dog'")
+
+
+@pytest.mark.parametrize("name, sql", [
+    ("not_in_select", f"SELECT x.aid, x.ak + 1 NOT IN (SELECT NULLIF(y.cid - 19, 4) FROM c y WHERE {OF_LABEL}) FROM a x"),
+    ("not_in_where", f"SELECT x.aid FROM a x WHERE x.ak NOT IN (SELECT y.cid - 19 FROM c y WHERE {OF_LABEL} "
+                     "AND y.cid - 19 = x.ak)"),
+    ("in_select", f"SELECT x.aid, x.ak + 1 IN (SELECT NULLIF(y.cid - 19, 4) FROM c y WHERE {OF_LABEL}) FROM a x"),
+    ("left_preserved_side", f"SELECT x.aid, y.bid FROM a x LEFT JOIN b y ON ai_score('{SIMILAR}', y.bterm, "
+                            "ai_classify(x.abody, array('parcel', 'café', 'dog'))) < 0.5"),
+])
+def test_classify_over_one_side_of_an_outer_or_correlated_condition(spark, random_model, oracle, name, sql):
+    want = oracle.rows(sqlite_text(sql))
+    assert len({r[-1] for r in want}) > 1, f"one answer for every row: the test proves nothing: {want}"
+    check_paths(spark, random_model, sql, want)
+
+
+def test_classify_over_both_sides_is_refused_naming_it(spark, random_model):
+    sql = (f"SELECT x.aid FROM a x WHERE EXISTS (SELECT 1 FROM c y WHERE ai_filter('{FAIR}', x.abody, "
+           "ai_classify(concat(x.atitle, y.cnote), array('spam', 'ok'))))")
+    runs = {"rules on": lambda: spark_rows(spark, sql, True), "rules off": lambda: spark_rows(spark, sql, False),
+            "QuailSession": lambda: random_model.sql(sql).collect()}
+    for path, run in runs.items():
+        try:
+            got = run()
+        except Exception as e:  # noqa: BLE001 - the refusal's text is the check
+            got = str(e)
+        assert "ai_classify(concat(atitle, cnote), [spam,ok]) reads columns of both sides" in str(got), (path, got)
 
 
 # 4. three inner joins, one AI join's document an expression over both tables it joins

@@ -66,6 +66,12 @@ import scala.runtime.AbstractPartialFunction;
  * {@code quail_match} call per AI predicate evaluates it on every (row, partner)
  * pair through gpu_worker/ai_calls (the one renderer and NULL rule); the matched
  * partners are those for which the whole condition is TRUE (a NULL is not a match).
+ *
+ * <p>An AI call that quail_match does not evaluate pairwise (ai_classify, a decode call, or a call
+ * holding one) reading one side only is that side's column, evaluated once per row below the
+ * match as in a SELECT list: {@code ai_if('Is {0} related to {1}?', ai_classify(q.term, ...), p.grp)}
+ * reads {@code q.quail_side0}, a column of Project [q.*, ai_classify(q.term, ...) AS quail_side0] over q.
+ * One that reads both sides is refused, naming it.
  */
 final class PartnerMatch {
     /** preserved.output followed by {@link #matched}. */
@@ -85,10 +91,19 @@ final class PartnerMatch {
         return AiCalls.containsAi(cond);
     }
 
-    /** The plan of matches, or null when the condition has an AI call other than ai_if / ai_filter
-     *  with a literal template, or install() did not register quail_match in this session. */
+    /** The plan of matches, or null when quail_match cannot evaluate the condition's AI calls (an odd
+     *  hint, a non-string argument) or install() did not register it in this session. An AI call it does
+     *  not evaluate pairwise over one side is that side's column; over both sides, refused. */
     static PartnerMatch build(SparkSession session, LogicalPlan preserved, LogicalPlan partnerPlan,
                               Expression cond) {
+        // calls quail_match does not evaluate, over one side: that side's columns (the partner's last in its rows)
+        List<Alias> pCalls = new ArrayList<>(), qCalls = new ArrayList<>();
+        cond = oneSided(cond, preserved.outputSet(), partnerPlan.outputSet(), pCalls, qCalls);
+        List<Attribute> partnerOut = CollectionConverters.asJava(partnerPlan.output());
+        LogicalPlan output = preserved;  // the match's rows: preserved.output, then matched
+        if (!pCalls.isEmpty()) preserved = project(preserved, pCalls, preserved);
+        if (!qCalls.isEmpty()) partnerPlan = project(partnerPlan, qCalls, partnerPlan);
+
         AttributeSet pSide = preserved.outputSet(), qSide = partnerPlan.outputSet();
         List<Expression> pKeys = new ArrayList<>(), qKeys = new ArrayList<>(), rel = new ArrayList<>(),
             ai = new ArrayList<>();
@@ -106,7 +121,7 @@ final class PartnerMatch {
             }
         }
         List<PythonUDF> calls = aiCalls(ai);
-        if (calls == null) return null;
+        if (calls == null) return null;  // none left over both sides: Spark evaluates a one-sided call on its side
 
         List<Attribute> q = CollectionConverters.asJava(partnerPlan.output());
         List<Expression> fields = new ArrayList<>();
@@ -168,8 +183,48 @@ final class PartnerMatch {
         Expression byPair = replaceCalls(aiCond, calls, answers, index);
         Expression matchedExpr = new ArrayFilter(partsAttr, lambda(byPair, q, struct.dataType(), index));
         Alias matched = alias(matchedExpr, "quail_matched");
-        LogicalPlan out = project(preserved, List.of(matched), evaluated);
-        return new PartnerMatch(out, matched.toAttribute(), q);
+        LogicalPlan out = project(output, List.of(matched), evaluated);
+        return new PartnerMatch(out, matched.toAttribute(), partnerOut);
+    }
+
+    /**
+     * {@code cond} with each AI call that quail_match does not evaluate (see {@link #pairwise}), or that holds
+     * one, and that reads one side only, replaced by a new column of that side ({@code pCalls}, {@code qCalls}:
+     * the calls aliased, one per distinct call); outermost calls first.
+     */
+    private static Expression oneSided(Expression cond, AttributeSet pSide, AttributeSet qSide, List<Alias> pCalls,
+                                       List<Alias> qCalls) {
+        return cond.transformDown(new Rewrite() {
+            @Override
+            Expression rewrite(Expression e) {
+                if (!AiCalls.isAi(e) || !e.exists(new scala.runtime.AbstractFunction1<Expression, Object>() {
+                    @Override
+                    public Object apply(Expression x) {
+                        return AiCalls.isAi(x) && !pairwise(x);
+                    }
+                })) return null;
+                boolean partner = e.references().subsetOf(qSide);
+                if (!partner && !e.references().subsetOf(pSide)) {
+                    if (pairwise(e)) return null;  // the calls it holds are its arguments' business
+                    throw AiCalls.analysisError(e.sql() + " reads columns of both sides of an outer, semi or anti"
+                        + " join's ON (or of a correlated EXISTS / IN subquery and its query): on each pair of rows"
+                        + " only ai_if, ai_filter and ai_score are evaluated; call it over the columns of one side");
+                }
+                List<Alias> side = partner ? qCalls : pCalls;
+                for (Alias a : side) {
+                    if (AiCalls.same(a.child(), e)) return a.toAttribute();
+                }
+                Alias a = alias(e, "quail_side" + (pCalls.size() + qCalls.size()));
+                side.add(a);
+                return a.toAttribute();
+            }
+        });
+    }
+
+    /** Whether quail_match evaluates {@code call} on each pair: an ai_if / ai_filter / ai_score (a literal
+     *  template, or each row's). */
+    private static boolean pairwise(Expression call) {
+        return AiCalls.predicate(call) != null || AiCalls.score(call) != null || AiCalls.rowTemplate(call) != null;
     }
 
     /** (preserved side, partner side) of an equality between the two sides, else null. */
@@ -188,7 +243,7 @@ final class PartnerMatch {
     }
 
     /** The AI calls of the conjuncts, each an ai_if / ai_filter / ai_score (a literal template, or each
-     *  row's, see {@link AiCalls#rowTemplate}); else null. */
+     *  row's, see {@link AiCalls#rowTemplate}); else (another call, or none) null. */
     private static List<PythonUDF> aiCalls(List<Expression> conjuncts) {
         List<PythonUDF> out = new ArrayList<>();
         boolean[] ok = {true};
@@ -197,9 +252,7 @@ final class PartnerMatch {
                 @Override
                 public scala.runtime.BoxedUnit apply(Expression x) {
                     if (AiCalls.isAi(x)) {
-                        if (AiCalls.predicate(x) == null && AiCalls.score(x) == null && AiCalls.rowTemplate(x) == null) {
-                            ok[0] = false;
-                        }
+                        if (!pairwise(x)) ok[0] = false;
                         else if (out.stream().noneMatch(y -> AiCalls.same(x, y))) out.add((PythonUDF) x);
                     }
                     return scala.runtime.BoxedUnit.UNIT;
