@@ -48,7 +48,7 @@ class Seq:
     key: object = None  # what besides the prompt decides the answer (identical sequences run once)
     label: str = ""  # the row (and field) it answers, for errors
     matcher: object = None
-    mask: np.ndarray | None = None  # the grammar's allowed tokens at this point, once computed
+    mask: np.ndarray | None = None  # the grammar's allowed tokens at this point (packed int32), once computed
     stop: tuple = ()
     ignore_eos: bool = False
     out: list[int] = field(default_factory=list)
@@ -248,9 +248,13 @@ class Decoder:
         masked = [k for k, s in enumerate(seqs) if s.matcher is not None]
         with torch.inference_mode():
             if masked:
-                ok = torch.ones(logits.shape, dtype=torch.bool)
-                ok[masked] = torch.from_numpy(np.stack([self._mask(seqs[k]) for k in masked]))
-                logits = logits.masked_fill(~ok.to(logits.device), float("-inf"))
+                self._fill_masks([seqs[k] for k in masked])
+                packed = torch.from_numpy(np.stack([seqs[k].mask for k in masked]))
+                if logits.device.type == "cuda":
+                    packed = packed.pin_memory().to(logits.device, non_blocking=True)
+                rows = torch.tensor(masked, device=logits.device)
+                ok = self._unpack(packed, logits.shape[1])
+                logits[rows] = logits[rows].masked_fill(~ok, float("-inf"))
             ids = logits.argmax(-1)
             if done is not None:
                 done.record()
@@ -259,7 +263,7 @@ class Decoder:
     def _choose(self, s: Seq, logits: np.ndarray):
         """Greedy choice of the next token from host logits at the sequence's end (after its prefill)."""
         if s.matcher is not None:
-            logits = np.where(self._mask(s), logits, -np.inf)
+            logits = np.where(self.grammars.unpack(self._mask(s)), logits, -np.inf)
         self._take(s, int(np.argmax(logits)))  # the first maximum: ties go to the lowest id
 
     def _take(self, s: Seq, tok: int):
@@ -289,14 +293,28 @@ class Decoder:
             s.done = s.cut = True
 
     def _mask(self, s: Seq) -> np.ndarray:
-        """The tokens the grammar allows next (computed once per token)."""
+        """The tokens the grammar allows next, packed (int32 words; computed once per token)."""
         if s.mask is None:
-            s.mask = self.grammars.allowed(s.matcher)
+            s.mask = self.grammars.packed([s.matcher])[0]
         return s.mask
 
+    def _fill_masks(self, seqs: list[Seq]):
+        """The masks of the sequences that have none yet, computed together (llguidance's threads)."""
+        need = [s for s in seqs if s.mask is None]
+        for s, row in zip(need, self.grammars.packed([s.matcher for s in need])):
+            s.mask = row
+
+    @staticmethod
+    def _unpack(packed: torch.Tensor, vocab: int) -> torch.Tensor:
+        """bool [n, vocab] of int32 masks [n, words] on their device (bit i of word w: token 32 w + i)."""
+        shifts = torch.arange(8, device=packed.device, dtype=torch.uint8)  # bytes, little-endian words
+        bits = ((packed.view(torch.uint8).unsqueeze(-1) >> shifts) & 1).bool().reshape(packed.shape[0], -1)
+        if bits.shape[1] >= vocab:
+            return bits[:, :vocab]
+        return torch.cat([bits, bits.new_zeros(bits.shape[0], vocab - bits.shape[1])], 1)
+
     def _only_end(self, s: Seq) -> bool:
-        m = self._mask(s)
-        return bool(m[self.grammars.eos]) and int(np.count_nonzero(m)) == 1
+        return self.grammars.only_end(self._mask(s))
 
     def _finish(self, s: Seq):
         self._release(s)

@@ -142,6 +142,7 @@ class Grammars:
         self.hf_tokenizer, self.vocab_size = hf_tokenizer, vocab_size
         self._lltok = None
         self._matchers: dict[str, object] = {}
+        self._executor = None  # llguidance's thread pool for many masks at once
 
     @property
     def lltok(self):
@@ -166,13 +167,48 @@ class Grammars:
             self._matchers[key] = proto
         return proto.deep_copy()
 
-    def allowed(self, matcher):
-        """bool [vocab]: the tokens the grammar allows next."""
+    @property
+    def words(self) -> int:
+        """int32 words of a packed mask: bit i of word w allows token 32 w + i."""
+        return (self.lltok.vocab_size + 31) // 32
+
+    def packed(self, matchers) -> "np.ndarray":
+        """int32 [len(matchers), words]: each matcher's allowed next tokens, computed by llguidance on its
+        own threads (the GIL released), one row per matcher."""
+        import llguidance
+        import llguidance.numpy
         import numpy as np
 
-        mask = np.zeros((max(self.vocab_size, self.lltok.vocab_size) + 31) // 32, dtype=np.int32)
-        matcher.unsafe_compute_mask_ptr(mask.ctypes.data, 4 * ((self.lltok.vocab_size + 31) // 32))
-        return np.unpackbits(mask.view(np.uint8), bitorder="little")[: self.vocab_size].astype(bool)
+        out = np.zeros((len(matchers), self.words), dtype=np.int32)
+        if len(matchers) == 1:
+            matchers[0].unsafe_compute_mask_ptr(out.ctypes.data, 4 * self.words)
+        elif matchers:
+            if self._executor is None:
+                self._executor = llguidance.LLExecutor()
+            llguidance.numpy.fill_next_token_bitmask_par(self._executor, [(m, i) for i, m in enumerate(matchers)],
+                                                         out)
+        return out
+
+    def unpack(self, packed) -> "np.ndarray":
+        """bool [..., vocab] of packed masks [..., words] (tokens past the grammar's vocabulary: refused)."""
+        import numpy as np
+
+        bits = np.unpackbits(np.ascontiguousarray(packed).view(np.uint8), axis=-1, bitorder="little")
+        out = np.zeros(packed.shape[:-1] + (self.vocab_size,), dtype=bool)
+        n = min(self.vocab_size, bits.shape[-1])
+        out[..., :n] = bits[..., :n]
+        return out
+
+    def allowed(self, matcher):
+        """bool [vocab]: the tokens the grammar allows next."""
+        return self.unpack(self.packed([matcher])[0])
+
+    def only_end(self, packed) -> bool:
+        """Whether a packed mask allows the end token and nothing else."""
+        import numpy as np
+
+        e = self.eos
+        return bool((int(packed[e // 32]) >> (e % 32)) & 1) and int(np.bitwise_count(packed.view(np.uint32)).sum()) == 1
 
     def text(self, tokens: list[int]) -> str:
         return self.lltok.decode_str(tokens)

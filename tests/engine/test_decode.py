@@ -207,3 +207,30 @@ def test_a_sequences_flat_context_follows_its_kv_through_growth_and_preemption(q
     finally:
         del dec._step
     assert eng.stats["preemptions"] > 0 and len(checked) > 60 * 4
+
+
+def test_packed_masks_computed_together_equal_one_at_a_time(qwen):
+    """The step's grammar masks: llguidance fills many at once on its threads; each row equals the mask of
+    its matcher alone, unpacks the same on the host and in torch, and `only_end` holds where the end is
+    the one token allowed."""
+    from gpu_worker.decode import Decoder
+
+    eng, _ = qwen
+    g = eng.grammars
+    ms = [g.matcher(t) for t in FIELDS.values()]
+    tok = eng.tokenizer.encode("12", add_special_tokens=False)
+    for t in tok:  # an integer part way: more than one token allowed, the end among them
+        assert ms[1].consume_token(t)
+    together = g.packed(ms)
+    assert together.shape == (len(ms), g.words)
+    for m, row in zip(ms, together):
+        np.testing.assert_array_equal(g.packed([m])[0], row)
+    host = g.unpack(together)
+    np.testing.assert_array_equal(Decoder._unpack(torch.from_numpy(together), g.vocab_size).numpy(), host)
+    for row, allowed in zip(together, host):
+        assert g.only_end(row) == (bool(allowed[g.eos]) and int(allowed.sum()) == 1)
+    assert host[1, g.eos] and host[1].sum() > 1 and not g.only_end(together[1])
+    done = g.matcher("boolean")
+    for t in eng.tokenizer.encode("true", add_special_tokens=False):
+        assert done.consume_token(t)
+    assert g.only_end(g.packed([done])[0])
