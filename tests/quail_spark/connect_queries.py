@@ -2,7 +2,7 @@
 
 Used by test_connect.py in a subprocess (a classic and a Connect session do not share a
 process easily); also runnable alone: ``python tests/quail_spark/connect_queries.py``.
-Prints one JSON line: {"rows": {name: [[...], ...]}, "report": {...}, "explain": bool,
+Prints one JSON line (the decode calls among the queries): {"rows": {name: [[...], ...]}, "report": {...}, "explain": bool,
 "rewritten": bool (the AI join of the plan is the rules' quail_join)}.
 """
 from __future__ import annotations
@@ -16,6 +16,8 @@ QUERIES = {
     "group_by": "SELECT kind, count(*) AS n FROM c_notes WHERE ai_if('Is {0} longer than five words?', body) "
                 "GROUP BY kind",
     "null_key_join": "SELECT a.id, k.kid FROM c_a a JOIN c_k k ON ai_if('Does {0} mention {1}?', a.body, k.term)",
+    "decode": "SELECT id, e.item, e.n, g FROM (SELECT id, ai_extract(body, 'item STRING, n INT', map('max_tokens', 6)) "
+              "AS e, ai_generate('Name the topic of {0}.', body, map('max_tokens', 4)) AS g FROM c_notes)",
 }
 NOTES = [(1, "The parcel arrived broken and nobody at the shop answers my emails.", "shop"),
          (2, "We took a lovely long walk in the park with our old dog.", "life"),

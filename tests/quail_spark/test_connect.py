@@ -1,5 +1,5 @@
 """Spark Connect: install(), spark.sql and QuailSession under ``builder.remote("local[2]")`` give
-the rows of the classic session (the Connect session runs in a subprocess: connect_queries.py)."""
+the rows of the classic session, the decode calls' included (the Connect session runs in a subprocess: connect_queries.py)."""
 from __future__ import annotations
 
 import json
@@ -31,5 +31,7 @@ def test_connect_gives_the_rows_of_the_classic_session(spark, qs):
     assert proc.returncode == 0, err[-3000:]
     got = json.loads(out.strip().splitlines()[-1])
     assert got["rows"] == classic["rows"]
+    decoded = classic["rows"]["decode"]  # ai_extract's fields and ai_generate's text; NULL for the NULL note
+    assert len(decoded) == 4 and sum(r[3] is None for r in decoded) == 1 and any(r[3] for r in decoded)
     assert got["rewritten"] and classic["rewritten"]  # the extension's rules run in the Connect server
     assert got["explain"] and got["report"]["requested_tokens"] >= 0
