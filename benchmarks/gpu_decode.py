@@ -185,7 +185,7 @@ def host_idle(st):
 def agreement(args, outs, st, first: int = 32):
     """bf16 saves its GENERATE ids (first `first` tokens); an fp8 run in the same --out compares with them:
     the share of sequences equal over those tokens and the distribution of the first differing step."""
-    path = Path(args.out) / "generate_ids_bf16.json"
+    path = Path(args.out) / f"generate_ids_bf16_{len(outs)}.json"
     mine = [o[:first] for o in outs]
     if not args.quantize:
         path.write_text(json.dumps(mine))

@@ -33,8 +33,8 @@ case "${1:-}" in
     QUAIL_TOKENIZER=$PWD/.cache/tok timeout 170 make test-installed > "$OUT/make_test_installed_h200.log" 2>&1
     echo "make test-installed: rc $?"; tail -1 "$OUT/make_test_installed_h200.log"
     bench 150 generate_bf16.json --sections GENERATE ${GEN_SIZE:-}
-    bench 60 generate_bf16_profile.json --sections GENERATE --size gen_prompts=256 --size gen_tokens=32 --profile
     bench 140 generate_fp8.json --sections GENERATE --quantize fp8 ${GEN_SIZE:-}
+    bench 60 generate_bf16_profile.json --sections GENERATE --size gen_prompts=256 --size gen_tokens=32 --profile
     ;;
 2)
     bench 150 generate_hf.json --sections HF
