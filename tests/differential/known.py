@@ -17,9 +17,14 @@ KNOWN = {
 }
 
 
+def fits(shape, needs) -> bool:
+    """Whether ``shape`` holds one tag of each alternative tag set of ``needs``."""
+    return all(any(t in shape for t in alt) for alt in needs)
+
+
 def known(shape, paths) -> str | None:
     """The entry a failure of a query of ``shape`` on ``paths`` is, or None (a new failure)."""
     for name, (needs, on) in KNOWN.items():
-        if all(any(t in shape for t in alt) for alt in needs) and (on is None or set(paths) <= set(on)):
+        if fits(shape, needs) and (on is None or set(paths) <= set(on)):
             return name
     return None
