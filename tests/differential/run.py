@@ -2,7 +2,11 @@
 
 Generates ``--queries`` queries per seed (seeds 0..N-1, or ``--first``), checks each on every path
 against the SQLite oracle, shrinks each new failure, and prints the counts: agreed, wrong, known,
-refused by all (with reasons, Spark's own or ours), ties; then each new failure's minimal query."""
+refused by all (with reasons, Spark's own or ours), ties; then each new failure's minimal query.
+
+``--entry NAME`` rechecks one known.py entry: only the queries of its shape (``--max`` of them,
+each of its alternative tags in turn, the queries with fewest tags first), with the entry disabled so
+that its failures count as new; ``--tag`` picks queries by tag the same way."""
 from __future__ import annotations
 
 import argparse
@@ -69,6 +73,32 @@ class Tally:
         return "\n".join(lines)
 
 
+def chosen(seeds, n: int, tags: list, entry: str | None, most: int | None):
+    """(seed, index, query) to check: every query of every seed, the seeds in turn (so that a run
+    stopped early covers each); or, given tags or a known.py entry (which is then disabled), those of
+    its shape, the tags in turn, the queries with fewest tags first."""
+    from .grammar import Gen
+    from .known import KNOWN, fits
+
+    gens = {seed: Gen(seed) for seed in seeds}
+    every = ((seed, i, gen.query()) for i in range(n) for seed, gen in gens.items())
+    if not tags and not entry:
+        return every
+    needs = [tuple(tags)] if tags else []
+    if entry:
+        needs += KNOWN.pop(entry)[0]
+    fit = sorted((c for c in every if fits(c[2].shape, needs)), key=lambda c: len(c[2].shape))
+    by_tag = {t: [c for c in fit if t in c[2].shape] for t in needs[-1]}  # the last set's tags in turn
+    out, seen, most = [], set(), min(most or len(fit), len(fit))
+    while len(out) < most:
+        for t in by_tag:
+            c = next((c for c in by_tag[t] if c[:2] not in seen), None)
+            if c and len(out) < most:
+                out.append(c)
+                seen.add(c[:2])
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=5)
@@ -76,29 +106,30 @@ def main(argv=None) -> int:
     ap.add_argument("--queries", type=int, default=400, help="queries per seed")
     ap.add_argument("--verbose", action="store_true", help="one line per query")
     ap.add_argument("--shrink-seconds", type=float, default=180.0, help="per new failure (0: no shrinking)")
+    ap.add_argument("--tag", action="append", default=[], help="check only queries holding this tag (repeatable: any)")
+    ap.add_argument("--entry", help="check only queries of this known.py entry's shape, with the entry disabled")
+    ap.add_argument("--max", type=int, help="with --tag / --entry: at most this many queries")
     args = ap.parse_args(argv)
     from gpu_worker import Engine, EngineConfig
 
     from .check import check
-    from .grammar import Gen
     from .oracle import Oracle
     from .paths import Paths
 
     spark = session()
     oracle, paths, tally = Oracle(Engine(EngineConfig(model="tiny-llama-random", device="cpu"))), Paths(spark), Tally()
     start, done = time.monotonic(), 0
-    gens = {seed: Gen(seed) for seed in range(args.first, args.first + args.seeds)}
+    seeds = range(args.first, args.first + args.seeds)
     try:
-        for i in range(args.queries):  # the seeds in turn, so that a run stopped early covers each
-            for seed, gen in gens.items():
-                q, t0 = gen.query(), time.monotonic()
-                out = check(oracle, paths, q)
-                if args.verbose:
-                    print(f"seed {seed} query {i}: {out.kind} ({time.monotonic() - t0:.1f} s)", flush=True)
-                tally.add(oracle, paths, q, out, args.shrink_seconds)
-                done += 1
-                if done % 25 == 0:
-                    print(f"{done} queries, {time.monotonic() - start:.0f} s, {dict(tally.kinds)}", flush=True)
+        for seed, i, q in chosen(seeds, args.queries, args.tag, args.entry, args.max):
+            t0 = time.monotonic()
+            out = check(oracle, paths, q)
+            if args.verbose:
+                print(f"seed {seed} query {i}: {out.kind} ({time.monotonic() - t0:.1f} s)", flush=True)
+            tally.add(oracle, paths, q, out, args.shrink_seconds)
+            done += 1
+            if done % 25 == 0:
+                print(f"{done} queries, {time.monotonic() - start:.0f} s, {dict(tally.kinds)}", flush=True)
     except KeyboardInterrupt:
         print(f"stopped after {done} queries", flush=True)
     print(tally.report(), flush=True)
