@@ -78,7 +78,7 @@ def decode_sol(mcfg, st, prompt_tokens: float, bw: float, rate: float, bytes_per
     per_step = max(step_bytes / bw, step_flops / (rate * 1e12))
     return {"prefill_sol_s": pf_flops / (rate * 1e12), "decode_sol_s": steps * per_step,
             "sol_s": pf_flops / (rate * 1e12) + steps * per_step, "batch": batch, "ctx": ctx,
-            "step_bytes": step_bytes, "step_flops": step_flops,
+            "step_bytes": step_bytes, "step_flops": step_flops, "step_sol_ms": 1e3 * per_step,
             "step_bound": "bytes" if step_bytes / bw >= step_flops / (rate * 1e12) else "flops"}
 
 
@@ -176,10 +176,12 @@ def extract(args, eng, dev, sz, bw, rate, res):
 
 
 def host_idle(st):
-    """Share of the decode wall in which the device waited on the host (between steps, and on admissions'
-    host work): 1 - the steps' device time (CUDA events from each step's first launch to its last) / wall."""
+    """Share of the decode wall in which the device waited on the host between steps: 1 - (the steps' spans
+    on the device, CUDA events from a step's first kernel to its last, + the admissions' prefill) / wall.
+    Launch gaps inside a step are not in it: a step's span over its speed of light shows them."""
     if st.get("decode_wall_s") and st.get("decode_device_s"):
-        st["host_idle_pct"] = 100 * (1 - st["decode_device_s"] / st["decode_wall_s"])
+        st["host_idle_pct"] = 100 * (1 - (st["decode_device_s"] + st["decode_admit_s"]) / st["decode_wall_s"])
+        st["step_span_ms"] = 1e3 * st["decode_device_s"] / max(1, st["decode_steps"])
 
 
 def agreement(args, outs, st, first: int = 32):
@@ -259,6 +261,7 @@ def main(argv=None):
                 (out / f"{Path(name).stem}.{sec}.prof.txt").write_text(text.getvalue())
         (out / name).write_text(json.dumps(res, indent=1, default=str))
     print(json.dumps({k: {kk: v.get(kk) for kk in ("wall_s", "output_tok_s", "pct_sol", "vs_hf", "host_idle_pct",
+                                                   "step_span_ms",
                                                    "preemptions", "kv_regret_tokens", "error")}
                       for k, v in res.items() if isinstance(v, dict) and k.isupper()}, indent=1))
 

@@ -124,7 +124,9 @@ class Decoder:
                 at = tree.insert(s.prefix, at=tree.root(("decode", id(s))))
             ends.append(tree.insert(s.suffix + s.out, at=at))
             p.hold(ends[-1])
+        t0 = time.perf_counter()
         logits = p.serve(ends, sum(len(s.prefix) + len(s.suffix) + len(s.out) for s in batch), self.vocab)
+        self.stats["decode_admit_s"] += time.perf_counter() - t0  # (serve waits for the prompts' logits)
         back = []
         for s, end, row in zip(batch, ends, logits):
             if end.slots is None:  # the pool could not keep its prompt: it waits for room
@@ -201,9 +203,10 @@ class Decoder:
         tree.passes += 1
 
     def _account(self, t0: float):
-        """decode_wall_s: this run's wall (admissions' prefills included); decode_device_s: the device's
-        time from each step's first launch to its last (CUDA), so the wall less it is where the device
-        waited on the host between steps (and on admissions)."""
+        """decode_wall_s: this run's wall; decode_admit_s: its admissions' (their prompts' prefill, the host
+        waiting for their logits); decode_device_s: each step's span on the device, from its first kernel's
+        start to its last kernel's end (CUDA; launch gaps inside a step included), so the wall less both is
+        where the device waited on the host between steps."""
         ev, self.events = self.events, []
         if ev:
             ev[-1][1].synchronize()
