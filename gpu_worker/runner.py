@@ -76,12 +76,9 @@ class ModelRunner:
             if j.ctx is prev:  # two sequences at one node: one group
                 groups[-1].seq_hi = groups[-1].tok_hi = s + 1
                 continue
-            prev, key, base = j.ctx, id(j.ctx), bases[id(j)]
+            prev, key = j.ctx, id(j.ctx)
             ctx_cache[key] = j.ctx_flat
-            if j.shared:
-                groups.append(Group(j.ctx_flat, s, s + 1, s, s + 1, base_key=id(base), base_len=base.end, ctx_key=key))
-            else:
-                groups.append(Group(j.ctx_flat, s, s + 1, s, s + 1, ctx_key=key))
+            groups.append(self._ctx_group(j, j.ctx_flat, s, s + 1, s, s + 1, bases[id(j)]))
         return self._meta(ids, pos, write, range(n), requests, range(n + 1), groups, ctx_cache)
 
     def _meta(self, ids, pos, write, logit_index, requests, cu, groups, ctx_cache):
@@ -106,9 +103,15 @@ class ModelRunner:
         base = base_of(ctx)
         if key not in cache:
             cache[key] = self._context_slots(job, base, cache)  # host; moved with the pass's other indices
+        return self._ctx_group(job, cache[key], seq_lo, seq_hi, tok_lo, tok_hi, base)
+
+    @staticmethod
+    def _ctx_group(job, slots, seq_lo, seq_hi, tok_lo, tok_hi, base) -> Group:
+        """The group of a job's context: under its base (read once for every group below it) unless the
+        job reads its base alone (`Job.shared` off)."""
         if not job.shared:
-            return Group(cache[key], seq_lo, seq_hi, tok_lo, tok_hi, ctx_key=key)
-        return Group(cache[key], seq_lo, seq_hi, tok_lo, tok_hi, base_key=id(base), base_len=base.end, ctx_key=key)
+            return Group(slots, seq_lo, seq_hi, tok_lo, tok_hi, ctx_key=id(job.ctx))
+        return Group(slots, seq_lo, seq_hi, tok_lo, tok_hi, base_key=id(base), base_len=base.end, ctx_key=id(job.ctx))
 
     @staticmethod
     def _context_slots(job, base, cache) -> torch.Tensor:
