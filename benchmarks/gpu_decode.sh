@@ -14,20 +14,11 @@ cd "$(dirname "$0")/.."
 export PYTHONPATH=.:benchmarks${PYTHONPATH:+:$PYTHONPATH}
 C=$(cat .cache/commit 2>/dev/null || git rev-parse --short HEAD)
 OUT=${OUT:-benchmarks/results/decode_h200_$C}
+. benchmarks/device_steps.sh
 bench() {  # limit name args...
-    local limit=$1 name=$2
-    shift 2
-    timeout "$limit" python3 benchmarks/gpu_decode.py --tokenizer .cache/tok --commit "$C" --out "$OUT" \
-        --name "$name" "$@" > "$OUT/${name%.json}.stdout" 2>&1
-    echo "$name: rc $?"
-    grep -E "gpu_decode (GENERATE|EXTRACT)|Error|error" "$OUT/${name%.json}.stdout" | cut -c1-300 | tail -5
+    bench_with benchmarks/gpu_decode.py "gpu_decode (GENERATE|EXTRACT)|Error|error" "$@"
 }
-mkdir -p "$OUT"
-if command -v nvidia-smi > /dev/null; then
-    nvidia-smi dmon -s pucv -d 1 -o T > "$OUT/dmon_part${1:-x}.txt" 2>&1 &
-    DMON=$!
-    trap 'kill $DMON 2> /dev/null' EXIT
-fi
+watch_gpu "${1:-x}"
 case "${1:-}" in
 1)
     QUAIL_TOKENIZER=$PWD/.cache/tok timeout 170 make test-installed > "$OUT/make_test_installed_h200.log" 2>&1

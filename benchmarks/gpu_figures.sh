@@ -15,23 +15,12 @@ cd "$(dirname "$0")/.."
 export PYTHONPATH=.
 C=$(cat .cache/commit 2>/dev/null || git rev-parse --short HEAD)
 OUT=${OUT:-benchmarks/results/h200_$C}
+. benchmarks/device_steps.sh
 bench() {  # limit name args...
-    local limit=$1 name=$2
-    shift 2
-    timeout "$limit" python3 benchmarks/public_bench.py --tokenizer .cache/tok --commit "$C" --out "$OUT" \
-        --name "$name" "$@" > "$OUT/${name%.json}.stdout" 2>&1
-    echo "$name: rc $?"
-    grep -E "BIO-2 text|fp8 vs bf16|FILTER:|CHAIN:|JOIN run|PREFIX:|SUSTAINED" "$OUT/${name%.json}.stdout" | cut -c1-200
+    bench_with benchmarks/public_bench.py "BIO-2 text|fp8 vs bf16|FILTER:|CHAIN:|JOIN run|PREFIX:|SUSTAINED" "$@"
 }
 case "${1:-}" in
-1 | 2)
-    mkdir -p "$OUT"
-    if command -v nvidia-smi > /dev/null; then
-        nvidia-smi dmon -s pucv -d 1 -o T > "$OUT/dmon_part$1.txt" 2>&1 &
-        DMON=$!
-        trap 'kill $DMON 2> /dev/null' EXIT
-    fi
-    ;;
+1 | 2) watch_gpu "$1" ;;
 esac
 case "${1:-}" in
 1)
