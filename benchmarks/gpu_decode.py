@@ -213,6 +213,8 @@ def main(argv=None):
                     help="GENERATE, HF (transformers on a sample of GENERATE's prompts), EXTRACT")
     ap.add_argument("--no-shared-decode", dest="shared_decode", action="store_false",
                     help="each sequence reads its document's KV itself (EngineConfig.shared_decode=False)")
+    ap.add_argument("--no-cuda-graphs", dest="cuda_graphs", action="store_false",
+                    help="decode steps launched kernel by kernel (EngineConfig.cuda_graphs=False)")
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--commit", default="unknown")
     ap.add_argument("--out", required=True)
@@ -232,14 +234,15 @@ def main(argv=None):
             raise SystemExit(f"--size {kv}: expected one of {sorted(sz)}")
         sz[k] = int(v)
     eng = Engine(EngineConfig(model=args.model, device=args.device, tokenizer=args.tokenizer,
-                              quantize=args.quantize, shared_decode=args.shared_decode))
+                              quantize=args.quantize, shared_decode=args.shared_decode,
+                              cuda_graphs=args.cuda_graphs))
     dev = eng.rt.device
     bw, rate = copy_bandwidth(dev), matmul_rate(dev)
     if dev.type != "cuda":
         bw = 20e9  # a CPU's order of magnitude: the smoke run checks the script, not a figure
     res = {"commit": args.commit, "model": args.model, "quantize": args.quantize, "device": str(dev),
            "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else None,
-           "copy_bytes_per_s": bw, "matmul_tflops": rate, "load_s": eng.load_s, "sizes": sz}
+           "cuda_graphs": args.cuda_graphs, "shared_decode": args.shared_decode, "copy_bytes_per_s": bw, "matmul_tflops": rate, "load_s": eng.load_s, "sizes": sz}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     name = args.name or f"decode_{args.quantize or 'bf16'}.json"

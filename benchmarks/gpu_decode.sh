@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The decode figures BENCHMARKS.md quotes (GENERATE, EXTRACT: DESIGN.md "Workloads"), in two parts that
-# each fit one device command (under 600 s on an H200): part 1 the compiled test suite, GENERATE in bf16
-# and in FP8 (its first 32 tokens compared with bf16's); part 2 transformers' `generate` on a sample of
-# GENERATE's prompts, EXTRACT with shared-prefix decode on and off.
+# each fit one device command (under 600 s on an H200): part 1 the compiled kernel, CUDA-ops and decode tests,
+# GENERATE in bf16 (and a quarter of it with the steps launched kernel by kernel, no CUDA graphs) and in FP8
+# (its first 32 tokens compared with bf16's); part 2 transformers' `generate` on a sample of GENERATE's prompts,
+# EXTRACT with shared-prefix decode on and off.
 # Every step has its own time limit; results and logs go to $OUT (default benchmarks/results/decode_h200_<commit>),
 # with `nvidia-smi dmon` beside each part.
 #
@@ -21,9 +22,11 @@ bench() {  # limit name args...
 watch_gpu "${1:-x}"
 case "${1:-}" in
 1)
-    QUAIL_TOKENIZER=$PWD/.cache/tok timeout 170 make test-installed > "$OUT/make_test_installed_h200.log" 2>&1
-    echo "make test-installed: rc $?"; tail -1 "$OUT/make_test_installed_h200.log"
+    QUAIL_TOKENIZER=$PWD/.cache/tok timeout 120 python3 -m pytest -q -p no:cacheprovider tests/quail_kernels \
+        tests/gpu_worker_cuda tests/engine/test_decode.py > "$OUT/gpu_tests_h200.log" 2>&1
+    echo "compiled GPU tests: rc $?"; tail -1 "$OUT/gpu_tests_h200.log"
     bench 150 generate_bf16.json --sections GENERATE ${GEN_SIZE:-}
+    bench 90 generate_bf16_nographs.json --sections GENERATE --no-cuda-graphs --size gen_prompts=1024
     bench 140 generate_fp8.json --sections GENERATE --quantize fp8 ${GEN_SIZE:-}
     bench 60 generate_bf16_profile.json --sections GENERATE --size gen_prompts=256 --size gen_tokens=32 --profile
     ;;

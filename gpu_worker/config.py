@@ -186,6 +186,8 @@ class EngineConfig:
     shared_decode: a decode step reads a document's KV once for every sequence forking from
         it (the fields of one extraction, the calls on one row), merged with each sequence's
         own KV by log-sum-exp; off: once per sequence (same answers, more bytes read).
+    cuda_graphs: on a GPU, each decode step's forward is replayed from a CUDA graph captured once
+        per batch bucket (gpu_worker/step_graph.py); off: launched kernel by kernel (same answers).
     on_overflow: "error" (name the row) or "truncate" (cut the document, never the question).
     max_prompt_tokens: longest prompt; default the model's context length.
     quantize: None (projections in `dtype`) or "fp8": projection weights and
@@ -214,6 +216,7 @@ class EngineConfig:
     kv_pool_tokens: int | None = None
     prefix_cache: bool = True
     shared_decode: bool = True
+    cuda_graphs: bool = True
     on_overflow: str = "error"
     max_prompt_tokens: int | None = None
     seed: int = 0

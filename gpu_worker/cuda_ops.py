@@ -386,6 +386,9 @@ class CudaOps:
         meta.device_meta["device"] = device
 
     def attention(self, q, k, v, k_cache, v_cache, meta: AttnMeta):
+        dec = meta.device_meta.get("decode")
+        if dec is not None:  # a decode step (step_graph.py): every key, the new tokens' too, from the cache
+            return self.kernels.decode_attention(q, k_cache, v_cache, **dec)
         on_gpu = q.device.type == "cuda"
         if (on_gpu and q.dtype not in FLASH_DTYPES) or (not on_gpu and self.kernels is None):
             # float32 on the GPU: the plain-torch reference (flash needs 16-bit, Triton's dot is tf32)

@@ -31,6 +31,7 @@ from .kv_pool import PAGE
 from .passes import Passes
 from .prefix_tree import Node
 from .scheduler import Job, base_of
+from .step_graph import DecodeStep
 
 # the logits of a step ([sequences, vocab] float32, on the device and copied to the host) stay under this:
 # the running batch is at most this many bytes' worth of sequences (441 for a 151,936-token vocabulary)
@@ -66,12 +67,14 @@ class Decoder:
     the end ids, the text decoder (stop strings), the grammars (extract) and the context limit."""
 
     def __init__(self, passes: Passes, vocab: int, stop_ids, decode_text, grammars, limit: int,
-                 shared: bool = True):
+                 shared: bool = True, graphs: bool = True):
         self.passes, self.vocab, self.stop_ids = passes, vocab, frozenset(stop_ids)
         self.decode_text, self.grammars, self.limit = decode_text, grammars, limit
         self.shared = shared  # a document's KV read once per step for all the sequences below it
         self.events: list = []  # (start, end) CUDA events of this run's steps: the device's share of the wall
         self.max_seqs = max(1, min(passes.token_budget, LOGIT_BYTES // (8 * vocab)))  # (a pinned host copy too)
+        self.graphs = graphs  # on a GPU, a step's forward replayed from a CUDA graph (step_graph.py)
+        self.step: DecodeStep | bool | None = None  # the static buffers of steps, once the first step runs
 
     @property
     def stats(self) -> dict:
@@ -153,6 +156,88 @@ class Decoder:
     def _step(self, running: list, waiting: deque):
         """One pass of one token per running sequence (within the pass's context budget)."""
         p, tree = self.passes, self.passes.tree
+        plan, ctx_tokens = self._place_all(running, waiting)
+        timed = p.runner.device.type == "cuda"
+        if timed:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+        if self._fast():
+            order, logits = self._launch_step(plan)
+        else:
+            jobs = [Job(s.node, [x], [slot], outputs=[(0, r)], ctx_flat=torch.from_numpy(s.ctx[:s.n_ctx]),
+                        shared=self.shared)
+                    for r, (s, x, slot, _) in enumerate(plan)]  # (views: a step only appends past n_ctx)
+            launched = p.runner.run(jobs, full=True, on_device=True)
+            order, logits = launched.requests, launched.logits  # the logits' rows are in the runner's order
+        toks = self._argmax([plan[r][0] for r in order], logits, end if timed else None)
+        if timed:
+            self.events.append((start, end))
+        for r, tok in zip(order, toks):
+            self._grow(*plan[r])
+            self._take(plan[r][0], tok)
+        running[:] = running[len(plan):] + [s for s, *_ in plan if not s.done]  # those left out go first
+        for s, *_ in plan:
+            if s.done:
+                self._finish(s)
+        st = self.stats
+        for k in ("requested_tokens", "fresh_tokens", "min_fresh_tokens"):
+            st[k] += len(plan)
+        st["forward_passes"] += 1
+        st["decode_steps"] += 1
+        st["decode_context_tokens"] += ctx_tokens  # the cached KV the step reads (a shared document once)
+        tree.passes += 1
+
+    def _fast(self) -> bool:
+        """Whether steps run from static buffers through the decode attention kernel (step_graph.py): where
+        the ops have Triton's kernels, in 16-bit on a GPU (float32 there is the plain-torch reference's)."""
+        if self.step is None:
+            r = self.passes.runner
+            ok = getattr(r.ops, "kernels", None) is not None and (
+                r.device.type == "cpu" or r.kv.k.dtype in (torch.bfloat16, torch.float16))
+            self.step = DecodeStep(r, self.max_seqs, self.graphs) if ok else False
+        return bool(self.step)
+
+    def _launch_step(self, plan: list) -> tuple[list[int], torch.Tensor]:
+        """Launch a step on the static buffers: its sequences grouped by base (a shared document's KV one
+        segment for the group, each sequence's own words and tokens one more), or one segment each with
+        shared decode off. Returns (the plan's index of each logits row, the logits on the device)."""
+        groups: dict = {}
+        for r, (s, *_) in enumerate(plan):
+            groups.setdefault(id(base_of(s.node)) if self.shared else id(s), []).append(r)
+        n = len(plan)
+        ids, pos, write = (np.empty(n, dtype=np.int64) for _ in range(3))
+        order, pieces, seg, koff = [], [], [], 0
+        for rows in groups.values():
+            first = plan[rows[0]][0]
+            bl = base_of(first.node).end if self.shared and len(rows) > 1 else 0
+            if bl:
+                pieces.append(first.ctx[:bl])
+                seg.append((len(order), len(rows), koff, bl))
+                koff += bl
+            for r in rows:
+                s, x, slot, _ = plan[r]
+                if s.n_ctx == len(s.ctx):
+                    s.ctx = np.concatenate([s.ctx, np.zeros_like(s.ctx)])
+                s.ctx[s.n_ctx] = (slot if slot is not None else x.slots)[0]  # (_grow writes it again)
+                i = len(order)
+                ids[i], pos[i], write[i] = s.out[-1], s.n_ctx, -1 if slot is None else slot[0]
+                own = s.ctx[bl:s.n_ctx + 1]
+                pieces.append(own)
+                seg.append((i, 1, koff, len(own)))
+                koff += len(own)
+                order.append(r)
+        q_lo, q_n, k_lo, k_n = np.array(seg, dtype=np.int64).T
+        from quail_kernels.decode_attention import plan_decode, seqs_per_item
+
+        st = self.step
+        dplan = plan_decode(q_lo, q_n, k_lo, k_n, n, seqs_per_item(st.rep))
+        return order, st.launch(ids, pos, write, np.concatenate(pieces), dplan)
+
+    def _place_all(self, running: list, waiting: deque) -> tuple[list, int]:
+        """The sequences of this step, each placed (`_place`: its input token's node and slot), within the
+        pass's context budget; the latest admitted preempted while a page is missing. Returns (plan, the
+        cached context tokens the step reads: a shared document once)."""
+        p = self.passes
         plan, base_ids, ctx_tokens = [], set(), 0
         i = 0
         while i < len(running):
@@ -175,32 +260,7 @@ class Decoder:
             ctx_tokens += cost
             plan.append((s, *got))
             i += 1
-        jobs = [Job(s.node, [x], [slot], outputs=[(0, r)], ctx_flat=torch.from_numpy(s.ctx[:s.n_ctx]),
-                    shared=self.shared)
-                for r, (s, x, slot, _) in enumerate(plan)]  # (views: a step only appends past n_ctx)
-        timed = p.runner.device.type == "cuda"
-        if timed:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-        launched = p.runner.run(jobs, full=True, on_device=True)
-        order = launched.requests  # the logits' rows are in the runner's order
-        toks = self._argmax([plan[r][0] for r in order], launched.logits, end if timed else None)
-        if timed:
-            self.events.append((start, end))
-        for r, tok in zip(order, toks):
-            self._grow(*plan[r])
-            self._take(plan[r][0], tok)
-        running[:] = running[len(plan):] + [s for s, *_ in plan if not s.done]  # those left out go first
-        for s, *_ in plan:
-            if s.done:
-                self._finish(s)
-        st = self.stats
-        for k in ("requested_tokens", "fresh_tokens", "min_fresh_tokens"):
-            st[k] += len(plan)
-        st["forward_passes"] += 1
-        st["decode_steps"] += 1
-        st["decode_context_tokens"] += ctx_tokens  # the cached KV the step reads (a shared document once)
-        tree.passes += 1
+        return plan, ctx_tokens
 
     def _account(self, t0: float):
         """decode_wall_s: this run's wall; decode_admit_s: its admissions' (their prompts' prefill, the host

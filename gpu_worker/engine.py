@@ -126,7 +126,7 @@ class Engine:
         # the tokenizer's decoding as a function, not a bound method: no reference cycle (see `chunks` above)
         self.decoder = Decoder(self.passes, src.config.vocab_size, self.renderer.stop_ids(),
                                functools.partial(_decode_text, self.tokenizer), self.grammars, self.rt.max_position,
-                               shared=cfg.shared_decode)
+                               shared=cfg.shared_decode, graphs=cfg.cuda_graphs)
         self.reset_stats()
         if cfg.measure_rate:  # once per (model, device, dtype): the planner's rates (the stats reset below)
             rates.measure(self, weights.cache_root(cfg.cache_dir), rates.weights_key(cfg.model, src.folder))

@@ -42,6 +42,7 @@ if _triton is not None:
     from quail_kernels.silu_mul import silu_and_mul, silu_and_mul_ref
     from quail_kernels.varlen_attention import varlen_attention, varlen_attention_ref
     from quail_kernels.kv_fp8 import gather_fp8, gather_fp8_ref
+    from quail_kernels.decode_attention import decode_attention, decode_attention_ref, plan_decode, seqs_per_item
 
     __all__ = [
         "triton_available",
@@ -53,6 +54,7 @@ if _triton is not None:
         "seg_attention", "seg_attention_ref", "varlen_attention", "varlen_attention_ref",
         "quant_rows", "quant_rows_ref", "rmsnorm_fp8", "fused_add_rmsnorm_fp8", "silu_and_mul_fp8",
         "gather_fp8", "gather_fp8_ref",
+        "decode_attention", "decode_attention_ref", "plan_decode", "seqs_per_item",
     ]
 else:
     __all__ = ["triton_available"]

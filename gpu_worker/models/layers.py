@@ -187,9 +187,10 @@ class DecoderLM(nn.Module):
         self.fp8 = True
 
     @torch.inference_mode()
-    def forward(self, input_ids, positions, meta, kv, ops, full: bool = False):
+    def forward(self, input_ids, positions, meta, kv, ops, full: bool = False, out=None):
         """Answer-row logits at `meta.logit_index`: [n_out, n_answer_ids] float32; full: the whole
-        vocabulary's [n_out, vocab] instead (a decode pass; the same cost elsewhere)."""
+        vocabulary's [n_out, vocab] instead (a decode pass; the same cost elsewhere); out: written into
+        this [n_out, vocab] tensor in the model's dtype instead (a decode step's static buffer)."""
         h = self.model.embed_tokens(input_ids)  # [T, hidden]
         layers = self.model.layers
         q8 = self.fp8
@@ -218,7 +219,12 @@ class DecoderLM(nn.Module):
             else:
                 residual = m + residual
         last = ops.rmsnorm(residual, self.model.norm.weight, self.cfg.rms_eps)  # [n_out, hidden]
-        return ops.linear(last, self.head_all if full else self.head_rows).float()
+        head = self.head_all if full else self.head_rows
+        if out is not None:
+            if out.device.type == "cuda":
+                return torch.mm(last, head.t(), out=out)
+            return out.copy_(ops.linear(last, head))
+        return ops.linear(last, head).float()
 
 
 def rope_table(head_dim: int, theta: float, max_position: int, device):

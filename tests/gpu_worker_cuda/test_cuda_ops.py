@@ -393,3 +393,58 @@ def test_shared_prefix_decode_reads_each_document_once_and_decodes_as_torch_ops(
     # three prompts on one document: its ~100 tokens read once a step, not three times (each prompt's own
     # tokens and answer read per sequence either way)
     assert read[0] < 0.6 * read[1]
+
+
+@needs_triton
+def test_decode_steps_through_the_decode_kernel_equal_transformers_with_a_small_pool():
+    """With Triton's kernels a decode step runs from static buffers through quail_kernels.decode_attention
+    (every key read in place from the pool by slot, the new token's too): greedy answers equal
+    transformers' `generate` token for token on prompts of mixed lengths, with a pool that preempts
+    (float32 in the interpreter)."""
+    from gpu_worker.reference import hf_model
+    from gpu_worker.step_graph import DecodeStep
+
+    if CUDA:
+        pytest.skip("float32 on a GPU takes the plain-torch reference; the GPU checks are below")
+    rng = np.random.default_rng(11)
+    eng = Engine(EngineConfig(model="tiny-qwen3-random", device="cpu", dtype="float32", token_budget=128,
+                              kv_pool_tokens=96))
+    eng.runner.ops = eng.rt.ops = CudaOps(use_triton=True, self_attn="triton", ctx_attn="fused")
+    words = ["apple", "river", "stock", "refund", "train", "cat", "fever"]
+    docs = [" ".join(rng.choice(words, int(n))) for n in rng.integers(2, 30, 12)]
+    prompts = [eng.render_generate(d, "Write a title.") for d in docs]
+    stops = eng.renderer.stop_ids()
+    width = max(map(len, prompts))
+    ids = torch.tensor([[stops[0]] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    with torch.no_grad():
+        out = hf_model(eng).generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=5,
+                                     eos_token_id=stops, pad_token_id=stops[0])[:, width:].tolist()
+    want = [o[:next((i for i, t in enumerate(o) if t in stops), len(o))] for o in out]
+    eng.reset_stats()
+    got = eng.generate_ids(docs, "Write a title.", max_tokens=5)
+    assert isinstance(eng.decoder.step, DecodeStep)  # the steps did run through the decode kernel
+    assert got == want
+    assert eng.stats["preemptions"] > 0 and eng.stats["decode_steps"] > 0
+
+
+@needs_cuda
+def test_decode_steps_replayed_from_cuda_graphs_equal_launched_ones():
+    """On the GPU a step's forward is replayed from a CUDA graph per batch bucket: the same tokens as the
+    same steps launched kernel by kernel (the same kernels in the same order), over batches of several
+    buckets, with shared-prefix decode on and off."""
+    rng = np.random.default_rng(2)
+    docs = [" ".join(rng.choice(["apple", "river", "stock", "refund", "train", "cat"], int(n)))
+            for n in rng.integers(5, 200, 70)]
+    prompts = ["Name a fruit.", "Write a title."]
+    outs, caps = [], []
+    for graphs, shared in ((True, True), (False, True), (True, False)):
+        eng = Engine(EngineConfig(model="tiny-qwen3-random", device="cuda", cuda_graphs=graphs, shared_decode=shared))
+        outs.append(eng.generate_ids([d for d in docs for _ in prompts], prompts * len(docs), max_tokens=12,
+                                     ignore_eos=True))
+        outs.append(eng.generate_ids(docs[:5], prompts[0], max_tokens=12, ignore_eos=True))
+        caps.append(eng.decoder.step.captures)
+    assert outs[0] == outs[2] and outs[1] == outs[3]
+    assert caps[0] >= 2 and caps[1] == 0  # two buckets at least (140 sequences, then 5)
+    # shared decode off reads the documents per sequence: another summation, the same greedy tokens nearly
+    assert sum(a == b for a, b in zip(outs[0], outs[4])) >= 0.9 * len(outs[0])

@@ -1,0 +1,154 @@
+"""A decode step's forward from static device buffers, captured as one CUDA graph per batch bucket.
+
+A decode step is one token per running sequence. Its inputs are the token
+ids, positions, KV write slots and the attention's work list (segments of a
+flat slot list: quail_kernels.decode_attention); they are copied into device
+buffers that never move, the batch is padded to a bucket (16, 32, 48, 64, then
+multiples of 32), and the bucket's forward is replayed from a CUDA graph
+captured on first use: one launch for the ~400 kernels of a step instead of a
+Python launch each. Off the GPU the same buffers run the forward eagerly.
+
+A token id may come from the device: `-1 - r` in `ids` stands for the token
+chosen at row r of the step before (its `tokens` buffer), so the next step can
+be launched before the host has read this one's tokens.
+
+The buffers grow (and the graphs are captured again) when a step's work list
+outgrows them.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .attention import AttnMeta
+
+
+def bucket(n: int) -> int:
+    """The padded batch of n sequences: multiples of 16 up to 64, then of 32 (one graph each)."""
+    return 16 * -(-n // 16) if n <= 64 else 32 * -(-n // 32)
+
+
+class DecodeStep:
+    """Owns the static buffers and graphs of decode steps over one model runner's model and KV cache."""
+
+    def __init__(self, runner, max_seqs: int, graphs: bool):
+        self.runner, self.model, self.kv, self.ops = runner, runner.model, runner.kv, runner.ops
+        self.device = runner.device
+        self.graphs = graphs and self.device.type == "cuda"
+        self.max_b = bucket(max_seqs)
+        cfg = self.model.cfg
+        self.n_kv, self.rep, self.d = cfg.num_kv_heads, cfg.num_heads // cfg.num_kv_heads, cfg.head_dim
+        self.dtype = self.kv.k.dtype
+        self.vocab = self.model.head_all.shape[0]
+        self.logits = torch.empty(self.max_b, self.vocab, dtype=self.dtype, device=self.device)
+        self.tokens = torch.zeros(self.max_b, dtype=torch.long, device=self.device)  # the last step's choices
+        self.arange = torch.arange(self.max_b, device=self.device)
+        self._host = [None, None]  # two pinned host buffers, alternating (a step fills one while the other copies)
+        self._copied = [None, None]  # the event after each one's copy
+        self._turn = 0
+        self._pool = None
+        self._alloc(4 * self.max_b, 1 << 16, 8 * self.max_b)
+        self.captures = 0  # graphs captured (a counter: buckets x buffer sizes)
+
+    # buffers ---------------------------------------------------------------------------
+    def _alloc(self, items: int, slots: int, partials: int):
+        """Device buffers for a work list of up to `items` items, `slots` slots and `partials` partial rows
+        (even sizes: every view 16-byte aligned); drops the captured graphs, which point at the old ones."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)  # (nothing queued still reads the old buffers)
+        B = self.max_b
+        self.cap_items, self.cap_slots, self.cap_parts = items, slots + slots % 2, partials + partials % 2
+        sizes = {"ids": B, "pos": B, "write": B, "ptr": B + 2, "n_items": 2, "items": 5 * items,
+                 "slots": self.cap_slots, "ents": self.cap_parts}
+        self.off, o = {}, 0
+        for k, n in sizes.items():
+            self.off[k] = (o, n)
+            o += n
+        self.head_len = self.off["slots"][0]  # ids .. items: copied whole every step
+        self.buf = torch.zeros(o, dtype=torch.long, device=self.device)
+        self.v = {k: self.buf[a:a + n] for k, (a, n) in self.off.items()}
+        self.v["items"] = self.v["items"].view(5, items)
+        self.part_o = torch.empty(self.cap_parts, self.n_kv, self.rep, self.d, dtype=torch.float32, device=self.device)
+        self.part_lse = torch.empty(self.cap_parts, self.n_kv, self.rep, dtype=torch.float32, device=self.device)
+        self._host = [None, None]
+        self._graphs: dict[int, torch.cuda.CUDAGraph] = {}
+
+    def _host_buffer(self) -> np.ndarray:
+        """This step's pinned host buffer (numpy view), once its last copy has finished."""
+        t = self._turn = 1 - self._turn
+        if self._host[t] is None:
+            self._host[t] = torch.zeros(self.buf.numel(), dtype=torch.long, pin_memory=self.device.type == "cuda")
+        elif self._copied[t] is not None:
+            self._copied[t].synchronize()
+        return self._host[t].numpy()
+
+    # a step ------------------------------------------------------------------------------
+    def launch(self, ids, pos, write, slots, plan) -> torch.Tensor:
+        """Launch the forward of n = len(ids) tokens: ids (int64; -1 - r: the previous step's row r), pos,
+        write (-1: not stored), the flat slot list and its `DecodePlan`. Returns the logits [n, vocab]
+        (a view of a buffer the next launch overwrites)."""
+        n = len(ids)
+        B = bucket(n) if self.graphs else n  # (eager: no padding)
+        n_items, n_slots, n_parts = plan.items.shape[1], len(slots), plan.n_partials
+        if n_items > self.cap_items or n_slots > self.cap_slots or n_parts > self.cap_parts:
+            self._alloc(max(self.cap_items, 2 * n_items), max(self.cap_slots, 2 * n_slots),
+                        max(self.cap_parts, 2 * n_parts))
+        h = self._host_buffer()
+        o = self.off
+        for name, x, pad in (("ids", ids, 0), ("pos", pos, 0), ("write", write, -1)):
+            a = o[name][0]
+            h[a:a + n] = x
+            h[a + n:a + B] = pad
+        a = o["ptr"][0]
+        h[a:a + n + 1] = plan.ptr
+        h[a + n + 1:a + B + 1] = plan.ptr[-1]  # padded rows: no partials (zeros)
+        h[o["n_items"][0]] = n_items
+        a = o["items"][0]
+        h[a:a + 5 * self.cap_items].reshape(5, self.cap_items)[:, :n_items] = plan.items
+        a = o["slots"][0]
+        h[a:a + n_slots] = slots
+        e = o["ents"][0]
+        h[e:e + n_parts] = plan.ents
+        host = self._host[self._turn]
+        cuda = self.device.type == "cuda"
+        for lo, hi in ((0, self.head_len), (a, a + n_slots), (e, e + n_parts)):
+            self.buf[lo:hi].copy_(host[lo:hi], non_blocking=cuda)
+        if cuda:
+            ev = self._copied[self._turn] = torch.cuda.Event()
+            ev.record()
+        if not self.graphs:
+            self._forward(B, n_items)
+        else:
+            g = self._graphs.get(B)
+            if g is None:
+                g = self._graphs[B] = self._capture(B)
+            g.replay()
+        return self.logits[:n]
+
+    def _forward(self, B: int, programs: int = 0):
+        """The forward of B rows from the buffers; programs: the attention's work items (0: all `cap_items`,
+        the fixed grid a graph replays)."""
+        v = self.v
+        raw = v["ids"][:B]
+        ids = torch.where(raw >= 0, raw, self.tokens.index_select(0, (-1 - raw).clamp_(min=0)))
+        attn = {"slots": v["slots"], "items": v["items"], "n_items": v["n_items"][:1], "ptr": v["ptr"][:B + 1],
+                "ents": v["ents"], "part_o": self.part_o, "part_lse": self.part_lse, "programs": programs}
+        meta = AttnMeta(cu_seqlens=[], groups=[], write_slots=v["write"][:B], logit_index=self.arange[:B],
+                        device_meta={"decode": attn})
+        self.model(ids, v["pos"][:B], meta, self.kv, self.ops, full=True, out=self.logits[:B])
+
+    def _capture(self, B: int) -> torch.cuda.CUDAGraph:
+        """The bucket's forward as a CUDA graph (after one eager run, which compiles its kernels; it computes
+        this step, and the replay computes it again: the same KV written to the same slots)."""
+        s = torch.cuda.Stream(self.device)
+        s.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(s):
+            self._forward(B)
+        torch.cuda.current_stream(self.device).wait_stream(s)
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, pool=self._pool):
+            self._forward(B)
+        self.captures += 1
+        return g
