@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # The decode figures BENCHMARKS.md quotes (GENERATE, EXTRACT: DESIGN.md "Workloads"), in two parts that
-# each fit one device command (under 600 s on an H200): part 1 the compiled kernel, CUDA-ops and decode tests,
-# GENERATE in bf16 (and a quarter of it with the steps launched kernel by kernel, no CUDA graphs) and in FP8
-# (its first 32 tokens compared with bf16's); part 2 transformers' `generate` on a sample of GENERATE's prompts,
+# each fit one device command (under 600 s on an H200), and the compiled GPU tests: part 1 GENERATE in bf16
+# (and a quarter of it with the steps launched kernel by kernel, no CUDA graphs) and in FP8 (its first 32
+# tokens compared with bf16's); part 2 transformers' `generate` on a sample of GENERATE's prompts,
 # EXTRACT with shared-prefix decode on and off.
 # Every step has its own time limit; results and logs go to $OUT (default benchmarks/results/decode_h200_<commit>),
 # with `nvidia-smi dmon` beside each part.
 #
 #   bash benchmarks/gpu_decode.sh 1      # needs the tokenizer in .cache/tok and .cache/commit (the commit)
 #   bash benchmarks/gpu_decode.sh 2
+#   bash benchmarks/gpu_decode.sh tests  # kernels, CUDA ops, decode (LIMIT seconds, default 240; TESTS)
 # GEN_SIZE / EXT_SIZE pass size overrides (e.g. GEN_SIZE="--size gen_prompts=1024"), recorded in the results.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -22,13 +23,15 @@ bench() {  # limit name args...
 watch_gpu "${1:-x}"
 case "${1:-}" in
 1)
-    QUAIL_TOKENIZER=$PWD/.cache/tok timeout 120 python3 -m pytest -q -p no:cacheprovider tests/quail_kernels \
-        tests/gpu_worker_cuda tests/engine/test_decode.py > "$OUT/gpu_tests_h200.log" 2>&1
-    echo "compiled GPU tests: rc $?"; tail -1 "$OUT/gpu_tests_h200.log"
     bench 150 generate_bf16.json --sections GENERATE ${GEN_SIZE:-}
     bench 90 generate_bf16_nographs.json --sections GENERATE --no-cuda-graphs --size gen_prompts=1024
     bench 140 generate_fp8.json --sections GENERATE --quantize fp8 ${GEN_SIZE:-}
     bench 60 generate_bf16_profile.json --sections GENERATE --size gen_prompts=256 --size gen_tokens=32 --profile
+    ;;
+tests)  # the compiled kernel, CUDA-ops and decode tests (TESTS: a subset)
+    QUAIL_TOKENIZER=$PWD/.cache/tok timeout ${LIMIT:-240} python3 -m pytest -v -rf -p no:cacheprovider \
+        ${TESTS:-tests/quail_kernels tests/gpu_worker_cuda tests/engine/test_decode.py} > "$OUT/gpu_tests_h200.log" 2>&1
+    echo "compiled GPU tests: rc $?"; grep -E "^FAILED|^ERROR" "$OUT/gpu_tests_h200.log" | cut -c1-300; tail -1 "$OUT/gpu_tests_h200.log"
     ;;
 2)
     bench 150 generate_hf.json --sections HF
@@ -36,7 +39,7 @@ case "${1:-}" in
     bench 200 extract_bf16_unshared.json --sections EXTRACT --no-shared-decode ${EXT_SIZE:-}
     ;;
 *)
-    echo "usage: bash benchmarks/gpu_decode.sh 1|2" >&2
+    echo "usage: bash benchmarks/gpu_decode.sh 1|2|tests" >&2
     exit 2
     ;;
 esac

@@ -145,10 +145,10 @@ class DecodeStep:
         with torch.cuda.stream(s):
             self._forward(B)
         torch.cuda.current_stream(self.device).wait_stream(s)
-        if self._pool is None:
-            self._pool = torch.cuda.graph_pool_handle()
         g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g, pool=self._pool):
+        with torch.cuda.graph(g, pool=self._pool):  # the buckets' graphs share one memory pool (the first's)
             self._forward(B)
+        if self._pool is None:
+            self._pool = g.pool()
         self.captures += 1
         return g
