@@ -46,8 +46,7 @@ class DecodeStep:
         self._host = [None, None]  # two pinned host buffers, alternating (a step fills one while the other copies)
         self._copied = [None, None]  # the event after each one's copy
         self._turn = 0
-        self._pool = None
-        self._alloc(4 * self.max_b, 1 << 16, 8 * self.max_b)
+        self._alloc(8 * self.max_b, 1 << 20, 16 * self.max_b)
         self.captures = 0  # graphs captured (a counter: buckets x buffer sizes)
 
     # buffers ---------------------------------------------------------------------------
@@ -72,6 +71,7 @@ class DecodeStep:
         self.part_lse = torch.empty(self.cap_parts, self.n_kv, self.rep, dtype=torch.float32, device=self.device)
         self._host = [None, None]
         self._graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self._pool = None  # (a dropped graph's pool id cannot be captured into again)
 
     def _host_buffer(self) -> np.ndarray:
         """This step's pinned host buffer (numpy view), once its last copy has finished."""
