@@ -164,14 +164,15 @@ def plan_decode(q_lo, q_n, k_lo, k_n, n_seq: int, qb: int, chunk: int = CHUNK) -
 
 
 def decode_attention(q, k_cache, v_cache, slots, items, n_items, ptr, ents, part_o, part_lse, out=None,
-                     programs: int = 0):
+                     programs: int = 0, block_n: int = BLOCK_N, num_warps: int = 4, num_stages: int = 2):
     """Attention of one query token per sequence over its segments' keys (module docstring).
 
     q: [B, n_q, d]; k_cache, v_cache: [n_slots, n_kv, d]; slots: int64 flat slot list; items: int64
     [5, cap] (`DecodePlan.items` in its first columns; cap fixes the grid); n_items: int64 [1]; ptr:
     int64 [B + 1]; ents: int64 partial rows; part_o float32 [P, n_kv, rep, d] and part_lse float32
     [P, n_kv, rep]: scratch for P >= the plan's partial rows; programs: work items launched (default
-    cap: a fixed grid, for a CUDA graph). Returns out [B, n_q, d] (q's dtype); a sequence with no partial
+    cap: a fixed grid, for a CUDA graph); block_n, num_warps, num_stages: the item kernel's keys per
+    inner step and launch settings. Returns out [B, n_q, d] (q's dtype); a sequence with no partial
     row gets zeros. Nothing here reads a device value on the host.
     """
     check_device(q=q, k_cache=k_cache, v_cache=v_cache, slots=slots, items=items, part_o=part_o)
@@ -196,8 +197,8 @@ def decode_attention(q, k_cache, v_cache, slots, items, n_items, ptr, ents, part
         q, k_cache, v_cache, slots, items, n_items, part_o, part_lse,
         cap, n_kv, q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), v_cache.stride(0),
         v_cache.stride(1), LOG2E / math.sqrt(d),
-        REP=rep, QB=qb, BLOCK_M=max(16, block_size(qb * rep)), BLOCK_N=BLOCK_N, D=d, UPCAST=upcast,
-        num_warps=4)
+        REP=rep, QB=qb, BLOCK_M=max(16, block_size(qb * rep)), BLOCK_N=block_n, D=d, UPCAST=upcast,
+        num_warps=num_warps, num_stages=num_stages)
     _decode_combine_kernel[(B, n_kv)](
         part_o, part_lse, ptr, ents, out, n_kv, out.stride(0), out.stride(1),
         REP=rep, REP_P2=block_size(rep), D=d, num_warps=4 if d >= 128 else 2)
