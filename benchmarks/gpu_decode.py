@@ -215,6 +215,8 @@ def main(argv=None):
                     help="each sequence reads its document's KV itself (EngineConfig.shared_decode=False)")
     ap.add_argument("--no-cuda-graphs", dest="cuda_graphs", action="store_false",
                     help="decode steps launched kernel by kernel (EngineConfig.cuda_graphs=False)")
+    ap.add_argument("--swiglu-gemm-rows", type=int, default=0,
+                    help="passes of up to this many rows take cuBLAS for the MLP's gate/up (CudaOps.swiglu_gemm_rows)")
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--commit", default="unknown")
     ap.add_argument("--out", required=True)
@@ -237,12 +239,14 @@ def main(argv=None):
                               quantize=args.quantize, shared_decode=args.shared_decode,
                               cuda_graphs=args.cuda_graphs))
     dev = eng.rt.device
+    if args.swiglu_gemm_rows:
+        eng.runner.ops.swiglu_gemm_rows = args.swiglu_gemm_rows
     bw, rate = copy_bandwidth(dev), matmul_rate(dev)
     if dev.type != "cuda":
         bw = 20e9  # a CPU's order of magnitude: the smoke run checks the script, not a figure
     res = {"commit": args.commit, "model": args.model, "quantize": args.quantize, "device": str(dev),
            "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else None,
-           "cuda_graphs": args.cuda_graphs, "shared_decode": args.shared_decode, "copy_bytes_per_s": bw, "matmul_tflops": rate, "load_s": eng.load_s, "sizes": sz}
+           "cuda_graphs": args.cuda_graphs, "swiglu_gemm_rows": args.swiglu_gemm_rows, "shared_decode": args.shared_decode, "copy_bytes_per_s": bw, "matmul_tflops": rate, "load_s": eng.load_s, "sizes": sz}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     name = args.name or f"decode_{args.quantize or 'bf16'}.json"

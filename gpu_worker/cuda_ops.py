@@ -334,6 +334,7 @@ class CudaOps:
         self.long_attn = long_attn
         self.ctx_fp8 = ctx_fp8 and ctx_attn == "fused" and self.kernels is not None
         self.short_max = TRITON_MAX_Q
+        self.swiglu_gemm_rows = 0  # (swiglu: rows up to which an interleaved gate/up weight goes through cuBLAS)
         self.ctx_config = dict(CTX_CONFIG, **(ctx_config or {}))
         self.ctx_config_fp8 = dict(self.ctx_config, **CTX_CONFIG_FP8)  # float8 keys: merged once
         self.name = "cuda+triton" if self.kernels is not None else "cuda"
@@ -364,7 +365,13 @@ class CudaOps:
 
     def swiglu(self, x, gate_up, block: int = 0):
         """silu(x @ gate.T) * (x @ up.T): in one GEMM with the activation in its epilogue when `gate_up` was
-        interleaved by `pack_gate_up` (block > 0), else cuBLAS and the SiLU-and-mul kernel."""
+        interleaved by `pack_gate_up` (block > 0), else cuBLAS and the SiLU-and-mul kernel. Up to
+        `swiglu_gemm_rows` rows (a decode step's batch) an interleaved weight goes through cuBLAS too, its
+        output's blocks of gate and up columns multiplied after (in float32, as the kernels do)."""
+        if block and x.shape[0] <= self.swiglu_gemm_rows:
+            y = self.linear(x, gate_up)
+            y = y.view(y.shape[0], -1, 2, block).float()
+            return (torch.nn.functional.silu(y[:, :, 0]) * y[:, :, 1]).to(x.dtype).reshape(x.shape[0], -1)
         if block:
             return self.kernels.gemm_swiglu(x, gate_up, block)
         return self.silu_and_mul(self.linear(x, gate_up))

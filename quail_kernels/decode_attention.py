@@ -29,7 +29,10 @@ from quail_kernels._util import block_size, check_device, check_tensor, interpre
 
 LOG2E = 1.4426950408889634
 CHUNK = 256  # keys per work item (split-K)
-BLOCK_N = 64  # keys per inner step
+# keys per inner step; the launcher's default 2 warps and 2 stages: on an H100, GENERATE-shaped steps (416
+# sequences of 330 keys) read 2.30 TB/s against 1.90 with 4 warps, EXTRACT-shaped ones (8 sequences under
+# each 1,000-key document) 1.83 against 1.50 (benchmarks/probes/results/decode_attn_sweep_h100.json)
+BLOCK_N = 64
 QB_ROWS = 32  # query rows per program: qb sequences x their query heads of one KV head
 
 
@@ -164,7 +167,7 @@ def plan_decode(q_lo, q_n, k_lo, k_n, n_seq: int, qb: int, chunk: int = CHUNK) -
 
 
 def decode_attention(q, k_cache, v_cache, slots, items, n_items, ptr, ents, part_o, part_lse, out=None,
-                     programs: int = 0, block_n: int = BLOCK_N, num_warps: int = 4, num_stages: int = 2):
+                     programs: int = 0, block_n: int = BLOCK_N, num_warps: int = 2, num_stages: int = 2):
     """Attention of one query token per sequence over its segments' keys (module docstring).
 
     q: [B, n_q, d]; k_cache, v_cache: [n_slots, n_kv, d]; slots: int64 flat slot list; items: int64

@@ -453,3 +453,24 @@ def test_decode_steps_replayed_from_cuda_graphs_equal_launched_ones():
     # shared decode off reads the documents per sequence: another summation order, in bfloat16, where this
     # random model's near-ties flip some of the 12 tokens of a sequence
     assert sum(a == b for a, b in zip(outs[0], outs[5])) >= 0.6 * len(outs[0])
+
+
+@needs_triton
+def test_swiglu_through_cublas_on_the_interleaved_weight_equals_the_fused_kernel():
+    """CudaOps.swiglu_gemm_rows: a pass of few rows (a decode step) takes the interleaved gate/up weight
+    through a plain GEMM and multiplies its blocks of gate and up columns after; the same product as the
+    fused kernel's and as [gate; up] unpacked."""
+    ops = CudaOps(use_triton=True)
+    g = torch.Generator().manual_seed(4)
+    w = torch.randn(2 * 64, 48, generator=g).to(DEVICE) / 7
+    x = torch.randn(5, 48, generator=g).to(DEVICE)
+    packed, block = ops.pack_gate_up(w)
+    if not block:
+        pytest.skip("no interleaved layout on this device")
+    fused = ops.swiglu(x, packed, block)
+    ops.swiglu_gemm_rows = 8
+    plain = ops.swiglu(x, packed, block)
+    want = torch.nn.functional.silu(x @ w[:64].t()) * (x @ w[64:].t())
+    tol = 1e-5 if DEVICE == "cpu" else 2e-2
+    torch.testing.assert_close(plain, want, atol=tol, rtol=tol)
+    torch.testing.assert_close(fused, want, atol=tol, rtol=tol)
