@@ -4,9 +4,10 @@ decode speed of light and transformers' batched `generate` on a sample of the sa
 Yardsticks, measured in the same run: HBM bandwidth (a device-to-device copy, bytes read + written)
 and the dense bf16 matmul rate. Speed of light of a decode workload (DESIGN.md, Speed of light): the
 prefill's FLOPs at the matmul rate, plus, per decode step, the larger of (bytes read: the linear
-weights and the output head once, every live sequence's KV) / bandwidth and (FLOPs) / matmul rate,
-summed over the steps the engine ran at the batch it ran (output_tokens / decode_steps live
-sequences on average, each attending to its prompt and half its output on average).
+weights and the output head once, every live sequence's KV, a document shared by an extraction's
+fields once for them) / bandwidth and (FLOPs) / matmul rate, summed over the steps the engine ran at
+the batch it ran (output_tokens / decode_steps live sequences on average, each attending to its
+prompt and half its output on average).
 
     PYTHONPATH=.:benchmarks python3 benchmarks/gpu_decode.py --tokenizer .cache/tok --commit C --out $OUT
     bash benchmarks/gpu_decode.sh 1 | 2    # the H200 runs BENCHMARKS.md quotes (see the script)
@@ -63,8 +64,11 @@ def copy_bandwidth(dev, gib: float = 4.0, reps: int = 10) -> float:
     return 2 * n * 2 / float(np.median(times))
 
 
-def decode_sol(mcfg, st, prompt_tokens: float, bw: float, rate: float, bytes_per: int) -> dict:
-    """Speed-of-light seconds of a run's prefill (fresh tokens) and decode steps (see the module doc)."""
+def decode_sol(mcfg, st, prompt_tokens: float, bw: float, rate: float, bytes_per: int, shared_tokens: float = 0,
+               group: int = 1) -> dict:
+    """Speed-of-light seconds of a run's prefill (fresh tokens) and decode steps (see the module doc).
+    shared_tokens: the tokens of each prompt that `group` sequences share (an extraction's document):
+    a step must read their KV once for the group, so its bytes count them once (its FLOPs per sequence)."""
     L, nq, d = mcfg.num_layers, mcfg.num_heads, mcfg.head_dim
     head = mcfg.vocab_size * mcfg.hidden_size
     kv_tok = 2 * L * mcfg.num_kv_heads * d * bytes_per
@@ -73,13 +77,25 @@ def decode_sol(mcfg, st, prompt_tokens: float, bw: float, rate: float, bytes_per
     ctx = prompt_tokens + st["output_tokens"] / max(1, st.get("sequences", 1)) / 2
     prefill = st["fresh_tokens"] - st["output_tokens"]
     pf_flops = 2 * mcfg.linear_params * prefill + 4 * L * nq * d * prefill * prompt_tokens / 2
-    step_bytes = (mcfg.linear_params + head) * bytes_per + batch * ctx * kv_tok
+    ctx_read = ctx - shared_tokens * (1 - 1 / group)  # the KV a step must read, per sequence
+    step_bytes = (mcfg.linear_params + head) * bytes_per + batch * ctx_read * kv_tok
     step_flops = batch * (2 * (mcfg.linear_params + head) + 4 * L * nq * d * ctx)
     per_step = max(step_bytes / bw, step_flops / (rate * 1e12))
     return {"prefill_sol_s": pf_flops / (rate * 1e12), "decode_sol_s": steps * per_step,
-            "sol_s": pf_flops / (rate * 1e12) + steps * per_step, "batch": batch, "ctx": ctx,
+            "sol_s": pf_flops / (rate * 1e12) + steps * per_step, "batch": batch, "ctx": ctx, "ctx_read": ctx_read,
             "step_bytes": step_bytes, "step_flops": step_flops, "step_sol_ms": 1e3 * per_step,
             "step_bound": "bytes" if step_bytes / bw >= step_flops / (rate * 1e12) else "flops"}
+
+
+def extract_shared(st, docs: int, fields: int) -> tuple[float, int]:
+    """(document tokens of a prompt, fields): the prompts' requested tokens count each document once per
+    field, the prefill's fresh ones once per document (with prefix caching on), so the difference is the
+    document (fields - 1) times."""
+    if fields < 2:
+        return 0.0, 1
+    requested = st["requested_tokens"] - st["output_tokens"]
+    fresh = st["fresh_tokens"] - st["output_tokens"]
+    return max(0.0, (requested - fresh) / (docs * (fields - 1))), fields
 
 
 def hf_generate(eng, dev, prompts: list[list[int]], new_tokens: int, batch: int) -> dict:
@@ -91,6 +107,9 @@ def hf_generate(eng, dev, prompts: list[list[int]], new_tokens: int, batch: int)
     model.lm_head = torch.nn.Linear(emb.shape[1], emb.shape[0], bias=False, device=dev, dtype=emb.dtype)
     model.lm_head.weight = emb
     pad = eng.tokenizer.pad_token_id if eng.tokenizer.pad_token_id is not None else 0
+    if len(prompts) <= batch:
+        raise ValueError(f"hf_sample ({len(prompts)}) must be larger than hf_batch ({batch}): the first batch "
+                         "warms up untimed")
     walls, made = [], 0
     for lo in range(0, len(prompts), batch):
         group = prompts[lo:lo + batch]
@@ -168,7 +187,8 @@ def extract(args, eng, dev, sz, bw, rate, res):
     st["shared_decode"] = eng.config.shared_decode
     host_idle(st)
     p_tok = (st["requested_tokens"] - st["output_tokens"]) / st["sequences"]
-    st.update(decode_sol(eng.model_config, st, p_tok, bw, rate, eng.rt.dtype.itemsize))
+    st.update(decode_sol(eng.model_config, st, p_tok, bw, rate, eng.rt.dtype.itemsize,
+                         *extract_shared(st, len(docs), len(fields))))
     st["output_tok_s"] = st["output_tokens"] / st["wall_s"]
     st["pct_sol"] = 100 * st["sol_s"] / st["wall_s"]
     res["EXTRACT"] = st
