@@ -158,12 +158,14 @@ class Decoder:
         p, tree = self.passes, self.passes.tree
         plan, ctx_tokens = self._place_all(running, waiting)
         timed = p.runner.device.type == "cuda"
+        start = end = None
         if timed:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
         if self._fast():
-            order, logits = self._launch_step(plan)
+            order, logits = self._launch_step(plan, start)
         else:
+            if timed:
+                start.record()
             jobs = [Job(s.node, [x], [slot], outputs=[(0, r)], ctx_flat=torch.from_numpy(s.ctx[:s.n_ctx]),
                         shared=self.shared)
                     for r, (s, x, slot, _) in enumerate(plan)]  # (views: a step only appends past n_ctx)
@@ -197,10 +199,11 @@ class Decoder:
             self.step = DecodeStep(r, self.max_seqs, self.graphs) if ok else False
         return bool(self.step)
 
-    def _launch_step(self, plan: list) -> tuple[list[int], torch.Tensor]:
+    def _launch_step(self, plan: list, start=None) -> tuple[list[int], torch.Tensor]:
         """Launch a step on the static buffers: its sequences grouped by base (a shared document's KV one
         segment for the group, each sequence's own words and tokens one more), or one segment each with
-        shared decode off. Returns (the plan's index of each logits row, the logits on the device)."""
+        shared decode off. Returns (the plan's index of each logits row, the logits on the device); `start`
+        (a CUDA event) is recorded as the step's first kernel is queued (after the host's packing)."""
         groups: dict = {}
         for r, (s, *_) in enumerate(plan):
             groups.setdefault(id(base_of(s.node)) if self.shared else id(s), []).append(r)
@@ -231,7 +234,10 @@ class Decoder:
 
         st = self.step
         dplan = plan_decode(q_lo, q_n, k_lo, k_n, n, seqs_per_item(st.rep))
-        return order, st.launch(ids, pos, write, np.concatenate(pieces), dplan)
+        cap = st.capture_s
+        logits = st.launch(ids, pos, write, np.concatenate(pieces), dplan, start)
+        self.stats["decode_capture_s"] += st.capture_s - cap
+        return order, logits
 
     def _place_all(self, running: list, waiting: deque) -> tuple[list, int]:
         """The sequences of this step, each placed (`_place`: its input token's node and slot), within the
@@ -264,7 +270,8 @@ class Decoder:
 
     def _account(self, t0: float):
         """decode_wall_s: this run's wall; decode_admit_s: its admissions' (their prompts' prefill, the host
-        waiting for their logits); decode_device_s: each step's span on the device, from its first kernel's
+        waiting for their logits); decode_capture_s: the CUDA graphs' captures (step_graph.py: once per batch
+        bucket of the engine); decode_device_s: each step's span on the device, from its first kernel's
         start to its last kernel's end (CUDA; launch gaps inside a step included), so the wall less both is
         where the device waited on the host between steps."""
         ev, self.events = self.events, []

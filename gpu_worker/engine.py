@@ -71,9 +71,10 @@ class Engine:
     Counters (`stats`): output_tokens, decode_steps, preemptions beside the prefill ones; a decode
     call's prompts count in requested / fresh / reused tokens like any request. decode_context_tokens:
     the cached KV the steps read (a document shared by a row's sequences counted once per step with
-    `shared_decode`, else once per sequence); decode_wall_s, decode_admit_s (the admissions' prefill) and,
-    on a GPU, decode_device_s (each step's span on the device, from its first kernel's start to its last
-    kernel's end, launch gaps inside the step included).
+    `shared_decode`, else once per sequence); decode_wall_s, decode_admit_s (the admissions' prefill),
+    decode_capture_s (CUDA graphs captured, once per batch bucket of the engine) and, on a GPU,
+    decode_device_s (each step's span on the device, from the queueing of its first kernel, after the
+    host has packed the step, to its last kernel's end).
 
     Examples
     --------
@@ -385,7 +386,7 @@ class Engine:
                            "kv_regret_tokens": 0, "min_fresh_tokens": 0, "forward_passes": 0,
                            "requests": 0, "wall_s": 0.0, "truncated_rows": 0, "stages": [],
                            "output_tokens": 0, "decode_steps": 0, "preemptions": 0, "decode_wall_s": 0.0,
-                           "decode_device_s": 0.0, "decode_admit_s": 0.0, "decode_context_tokens": 0,
+                           "decode_device_s": 0.0, "decode_admit_s": 0.0, "decode_capture_s": 0.0, "decode_context_tokens": 0,
                            **dict.fromkeys(TREE_COUNTERS, 0)})
         self.passes.tree_seen = dict(self.tree.stats)
 

@@ -17,6 +17,8 @@ outgrows them.
 """
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import torch
 
@@ -48,6 +50,7 @@ class DecodeStep:
         self._turn = 0
         self._alloc(8 * self.max_b, 1 << 20, 16 * self.max_b)
         self.captures = 0  # graphs captured (a counter: buckets x buffer sizes)
+        self.capture_s = 0.0  # host seconds spent capturing them (each after one eager forward of its step)
 
     # buffers ---------------------------------------------------------------------------
     def _alloc(self, items: int, slots: int, partials: int):
@@ -83,10 +86,11 @@ class DecodeStep:
         return self._host[t].numpy()
 
     # a step ------------------------------------------------------------------------------
-    def launch(self, ids, pos, write, slots, plan) -> torch.Tensor:
+    def launch(self, ids, pos, write, slots, plan, start=None) -> torch.Tensor:
         """Launch the forward of n = len(ids) tokens: ids (int64; -1 - r: the previous step's row r), pos,
         write (-1: not stored), the flat slot list and its `DecodePlan`. Returns the logits [n, vocab]
-        (a view of a buffer the next launch overwrites)."""
+        (a view of a buffer the next launch overwrites). `start`: a CUDA event recorded just before the
+        forward is queued (after its inputs' copies and any capture: `capture_s` counts those)."""
         n = len(ids)
         B = bucket(n) if self.graphs else n  # (eager: no padding)
         n_items, n_slots, n_parts = plan.items.shape[1], len(slots), plan.n_partials
@@ -117,11 +121,17 @@ class DecodeStep:
             ev = self._copied[self._turn] = torch.cuda.Event()
             ev.record()
         if not self.graphs:
+            if start is not None:
+                start.record()
             self._forward(B, n_items)
         else:
             g = self._graphs.get(B)
             if g is None:
+                t0 = time.perf_counter()
                 g = self._graphs[B] = self._capture(B)
+                self.capture_s += time.perf_counter() - t0
+            if start is not None:
+                start.record()
             g.replay()
         return self.logits[:n]
 
