@@ -34,6 +34,7 @@ CHUNK = 256  # keys per work item (split-K)
 # each 1,000-key document) 1.83 against 1.50 (benchmarks/probes/results/decode_attn_sweep_h100.json)
 BLOCK_N = 64
 QB_ROWS = 32  # query rows per program: qb sequences x their query heads of one KV head
+PERSISTENT = 1024  # programs per KV head of the fixed grid (each takes every 1024th item)
 
 
 def seqs_per_item(rep: int) -> int:
@@ -48,13 +49,25 @@ def _decode_part_kernel(
     REP: tl.constexpr, QB: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
     UPCAST: tl.constexpr,
 ):
-    item = tl.program_id(0)
+    # persistent over the work list: program i takes items i, i + programs, ... below the count on the
+    # device (a grid fixed for a CUDA graph launches no program per empty slot of the list)
     kvh = tl.program_id(1)
-    valid = item < tl.load(n_items_ptr)
+    for item in range(tl.program_id(0), tl.load(n_items_ptr), tl.num_programs(0)):
+        _decode_item(q_ptr, k_ptr, v_ptr, slots_ptr, items_ptr, po_ptr, pl_ptr, item, kvh,
+                     cap, n_kv, s_qt, s_qh, s_kt, s_kh, s_vt, s_vh, qk_scale, REP, QB, BLOCK_M, BLOCK_N, D, UPCAST)
+
+
+@triton.jit
+def _decode_item(
+    q_ptr, k_ptr, v_ptr, slots_ptr, items_ptr, po_ptr, pl_ptr, item, kvh,
+    cap, n_kv, s_qt, s_qh, s_kt, s_kh, s_vt, s_vh, qk_scale,
+    REP: tl.constexpr, QB: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
+    UPCAST: tl.constexpr,
+):
     q_lo = tl.load(items_ptr + item)
-    q_n = tl.where(valid, tl.load(items_ptr + cap + item), 0)
+    q_n = tl.load(items_ptr + cap + item)
     k_lo = tl.load(items_ptr + 2 * cap + item)
-    k_n = tl.where(valid, tl.load(items_ptr + 3 * cap + item), 0)
+    k_n = tl.load(items_ptr + 3 * cap + item)
     p_lo = tl.load(items_ptr + 4 * cap + item)
     r = tl.arange(0, BLOCK_M)  # row r: sequence r // REP of the item, query head kvh * REP + r % REP
     j = r // REP
@@ -173,9 +186,9 @@ def decode_attention(q, k_cache, v_cache, slots, items, n_items, ptr, ents, part
     q: [B, n_q, d]; k_cache, v_cache: [n_slots, n_kv, d]; slots: int64 flat slot list; items: int64
     [5, cap] (`DecodePlan.items` in its first columns; cap fixes the grid); n_items: int64 [1]; ptr:
     int64 [B + 1]; ents: int64 partial rows; part_o float32 [P, n_kv, rep, d] and part_lse float32
-    [P, n_kv, rep]: scratch for P >= the plan's partial rows; programs: work items launched (default
-    cap: a fixed grid, for a CUDA graph); block_n, num_warps, num_stages: the item kernel's keys per
-    inner step and launch settings. Returns out [B, n_q, d] (q's dtype); a sequence with no partial
+    [P, n_kv, rep]: scratch for P >= the plan's partial rows; programs: programs per KV head, each taking
+    every so many items (default min(cap, PERSISTENT): a fixed grid, for a CUDA graph); block_n,
+    num_warps, num_stages: the item kernel's keys per inner step and launch settings. Returns out [B, n_q, d] (q's dtype); a sequence with no partial
     row gets zeros. Nothing here reads a device value on the host.
     """
     check_device(q=q, k_cache=k_cache, v_cache=v_cache, slots=slots, items=items, part_o=part_o)
@@ -196,7 +209,7 @@ def decode_attention(q, k_cache, v_cache, slots, items, n_items, ptr, ents, part
     qb = seqs_per_item(rep)
     upcast = interpreter_active()
     cap = items.shape[1]
-    _decode_part_kernel[(programs or cap, n_kv)](
+    _decode_part_kernel[(programs or min(cap, PERSISTENT), n_kv)](
         q, k_cache, v_cache, slots, items, n_items, part_o, part_lse,
         cap, n_kv, q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), v_cache.stride(0),
         v_cache.stride(1), LOG2E / math.sqrt(d),
