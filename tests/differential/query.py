@@ -116,7 +116,8 @@ def render(q: Query, spelling: str) -> str | None:
         other = _select(q.other, spelling)
         if other is None:
             return None
-        parts += [q.union, other]
+        # BigQuery has no bare UNION: its grammar asks for UNION DISTINCT (Spark's UNION) or UNION ALL
+        parts += ["UNION DISTINCT" if spelling == "bq" and q.union == "UNION" else q.union, other]
     if q.order:
         parts.append("ORDER BY " + ", ".join(q.order))
     if q.limit is not None:
