@@ -8,10 +8,6 @@ multiples of 32), and the bucket's forward is replayed from a CUDA graph
 captured on first use: one launch for the ~400 kernels of a step instead of a
 Python launch each. Off the GPU the same buffers run the forward eagerly.
 
-A token id may come from the device: `-1 - r` in `ids` stands for the token
-chosen at row r of the step before (its `tokens` buffer), so the next step can
-be launched before the host has read this one's tokens.
-
 The buffers grow (and the graphs are captured again) when a step's work list
 outgrows them.
 """
@@ -43,7 +39,6 @@ class DecodeStep:
         self.dtype = self.kv.k.dtype
         self.vocab = self.model.head_all.shape[0]
         self.logits = torch.empty(self.max_b, self.vocab, dtype=self.dtype, device=self.device)
-        self.tokens = torch.zeros(self.max_b, dtype=torch.long, device=self.device)  # the last step's choices
         self.arange = torch.arange(self.max_b, device=self.device)
         self._host = [None, None]  # two pinned host buffers, alternating (a step fills one while the other copies)
         self._copied = [None, None]  # the event after each one's copy
@@ -87,7 +82,7 @@ class DecodeStep:
 
     # a step ------------------------------------------------------------------------------
     def launch(self, ids, pos, write, slots, plan, start=None) -> torch.Tensor:
-        """Launch the forward of n = len(ids) tokens: ids (int64; -1 - r: the previous step's row r), pos,
+        """Launch the forward of n = len(ids) tokens: ids (int64), pos,
         write (-1: not stored), the flat slot list and its `DecodePlan`. Returns the logits [n, vocab]
         (a view of a buffer the next launch overwrites). `start`: a CUDA event recorded just before the
         forward is queued (after its inputs' copies and any capture: `capture_s` counts those)."""
@@ -139,13 +134,11 @@ class DecodeStep:
         """The forward of B rows from the buffers; programs: the attention's work items (0: all `cap_items`,
         the fixed grid a graph replays)."""
         v = self.v
-        raw = v["ids"][:B]
-        ids = torch.where(raw >= 0, raw, self.tokens.index_select(0, (-1 - raw).clamp_(min=0)))
         attn = {"slots": v["slots"], "items": v["items"], "n_items": v["n_items"][:1], "ptr": v["ptr"][:B + 1],
                 "ents": v["ents"], "part_o": self.part_o, "part_lse": self.part_lse, "programs": programs}
         meta = AttnMeta(cu_seqlens=[], groups=[], write_slots=v["write"][:B], logit_index=self.arange[:B],
                         device_meta={"decode": attn})
-        self.model(ids, v["pos"][:B], meta, self.kv, self.ops, full=True, out=self.logits[:B])
+        self.model(v["ids"][:B], v["pos"][:B], meta, self.kv, self.ops, full=True, out=self.logits[:B])
 
     def _capture(self, B: int) -> torch.cuda.CUDAGraph:
         """The bucket's forward as a CUDA graph (after one eager run, which compiles its kernels; it computes
