@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
+from collections import Counter
 
 from gpu_worker.ai_calls import DECODE_KINDS, FUNCTIONS, Call, as_json, evaluate, is_null
 
@@ -32,6 +33,7 @@ class Oracle:
         self.cache: dict = {}
         self.bounds: tuple = ()
         self.near = False
+        self.scores: Counter = Counter()  # this query's ai_score calls per (call, values): rows of one prompt
         self.con = sqlite3.connect(":memory:")
         fill_sqlite(self.con)
         for name, kind in FUNCTIONS.items():
@@ -44,9 +46,15 @@ class Oracle:
                                  else "".join(str(x) for x in xs))
         self.con.create_aggregate("count_if", 1, _CountIf)
 
+    @property
+    def repeated_score(self) -> bool:
+        """Whether the last query scored one prompt for two or more rows (equal values here; a path's
+        values for those rows may differ in their last bits, batched otherwise)."""
+        return any(n > 1 for n in self.scores.values())
+
     def rows(self, sql: str, bounds=()) -> list:
         """The rows of ``sql``; ``bounds``: the numbers ai_score values are compared with (ties)."""
-        self.bounds, self.near = tuple(bounds), False
+        self.bounds, self.near, self.scores = tuple(bounds), False, Counter()
         return self.con.execute(sql).fetchall()
 
     def _function(self, kind: str):
@@ -93,6 +101,8 @@ class Oracle:
         if key not in self.cache:
             self.cache[key] = self._compute(call, values)
         value, margin = self.cache[key]
+        if call.kind == "score":
+            self.scores[key] += 1
         if abs(margin) < TIE or (call.kind == "score" and any(abs(value - b) < TIE for b in self.bounds)):
             self.near = True
         return value
