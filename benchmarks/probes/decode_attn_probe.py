@@ -5,7 +5,8 @@
    contiguous slots in random order, Qwen3-4B's heads (32 query, 8 KV, d 128): the bytes of keys and
    values read per second for each setting (keys per inner step, warps, stages, keys per item, query rows
    per item).
-2. A profile (torch.profiler, CUDA time per kernel) of the engine's decode steps launched kernel by kernel.
+2. A profile (torch.profiler, CUDA time per kernel) of the engine's decode steps alone, launched kernel by kernel
+   (a run to 33 tokens less a run to 1 token).
 
     PYTHONPATH=.:benchmarks python benchmarks/probes/decode_attn_probe.py --tokenizer .cache/tok --out DIR
 """
@@ -77,12 +78,16 @@ def sweep(dev, out):
             ptr, ents = torch.from_numpy(plan.ptr).to(dev), torch.from_numpy(plan.ents).to(dev)
             po = torch.empty(plan.n_partials, n_kv, rep, d, device=dev)
             pl = torch.empty(plan.n_partials, n_kv, rep, device=dev)
-            for bn, nw, ns in itertools.product((32, 64, 128), (2, 4, 8), (1, 2, 3)):
-                if (qb_rows, chunk) != (32, 256) and (bn, nw, ns) != (64, 4, 2):
+            cap = plan.items.shape[1]
+            grids = [0] if (qb_rows, chunk) != (32, 256) else [0, cap, 132, 264, 528, 2048]
+            for (bn, nw, ns), progs in itertools.product(itertools.product((32, 64, 128), (2, 4, 8), (1, 2, 3)), grids):
+                if (qb_rows, chunk) != (32, 256) and (bn, nw, ns) != (64, 2, 2):
+                    continue
+                if progs and (bn, nw, ns) != (64, 2, 2):
                     continue
                 try:
                     f = lambda: da.decode_attention(q, k, v, slots, items, n_items, ptr, ents, po, pl,  # noqa: E731
-                                                    block_n=bn, num_warps=nw, num_stages=ns)
+                                                    programs=progs, block_n=bn, num_warps=nw, num_stages=ns)
                     f()
                     torch.cuda.synchronize()
                     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -93,7 +98,7 @@ def sweep(dev, out):
                     b.synchronize()
                     ms = a.elapsed_time(b) / 20
                     r = {"shape": name, "qb_rows": qb_rows, "chunk": chunk, "block_n": bn, "warps": nw, "stages": ns,
-                         "ms": ms, "gb_s": nbytes / ms / 1e6, "items": int(plan.items.shape[1])}
+                         "programs": progs or min(cap, da.PERSISTENT), "ms": ms, "gb_s": nbytes / ms / 1e6, "items": int(plan.items.shape[1])}
                 except Exception as e:  # a setting that does not compile (shared memory) is recorded
                     r = {"shape": name, "qb_rows": qb_rows, "chunk": chunk, "block_n": bn, "warps": nw, "stages": ns,
                          "error": str(e)[:200]}
@@ -108,24 +113,43 @@ def sweep(dev, out):
 
 
 def profile(args, out):
+    """CUDA time per kernel of decode steps alone: 416 prompts of ~200 tokens run to 1 token and to 33
+    tokens under the profiler, kernel by kernel (no CUDA graphs); the difference is 32 steps' kernels."""
     from gpu_worker import Engine, EngineConfig
     from public_bench import Words
 
     eng = Engine(EngineConfig(model="qwen3-4b-random", device="cuda", tokenizer=args.tokenizer, cuda_graphs=False))
     words = Words(eng.tokenizer, 3)
-    docs = words.texts(416, 200)
+    docs = words.texts(32 + 2 * 416, 200)  # each run its own prompts: the same prefill work, none cached
     eng.generate_ids(docs[:32], "Continue the text.", max_tokens=4, ignore_eos=True)  # compile
     torch.cuda.synchronize()
     from torch.profiler import ProfilerActivity, profile as prof
 
-    t0 = time.perf_counter()
-    with prof(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as p:
-        eng.generate_ids(docs, "Continue the text.", max_tokens=12, ignore_eos=True)
-        torch.cuda.synchronize()
-    wall = time.perf_counter() - t0
-    table = p.key_averages().table(sort_by="cuda_time_total", row_limit=30)
-    (out / "decode_profile.txt").write_text(f"wall {wall:.3f} s, stats {eng.stats}\n\n{table}")
-    print(table)
+    runs = {}
+    for k, n in enumerate((1, 33)):
+        part = docs[32 + 416 * k:32 + 416 * (k + 1)]
+        before = dict(eng.stats)
+        t0 = time.perf_counter()
+        with prof(activities=[ProfilerActivity.CUDA]) as p:
+            eng.generate_ids(part, "Continue the text.", max_tokens=n, ignore_eos=True)
+            torch.cuda.synchronize()
+        wall = time.perf_counter() - t0
+        ka = {e.key: (e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total, e.count)
+              for e in p.key_averages()}
+        steps = eng.stats.get("decode_steps", 0) - before.get("decode_steps", 0)
+        runs[n] = (wall, steps, ka)
+    (w1, s1, a), (w2, s2, b) = runs[1], runs[33]
+    steps = s2 - s1
+    rows = sorted(((k, (b[k][0] - a.get(k, (0, 0))[0]) / 1e3 / steps, (b[k][1] - a.get(k, (0, 0))[1]) / steps)
+                   for k in b), key=lambda r: -r[1])
+    total = sum(ms for _, ms, _ in rows if ms > 0)
+    lines = [f"decode steps alone: {steps} steps, wall {w2 - w1:.3f} s more, {1e3 * (w2 - w1) / steps:.2f} ms a step "
+             f"(launched kernel by kernel, under the profiler); kernels {total:.2f} ms a step", "",
+             f"{'kernel':90s} {'ms/step':>8s} {'calls/step':>10s}"]
+    lines += [f"{k[:90]:90s} {ms:8.3f} {c:10.1f}" for k, ms, c in rows[:40] if abs(ms) > 0.001]
+    text = "\n".join(lines)
+    (out / "decode_profile.txt").write_text(text + "\n")
+    print(text)
 
 
 def main():
