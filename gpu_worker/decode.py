@@ -15,6 +15,12 @@ preempted: unpinned, its KV left to the tree's eviction; it rejoins later with
 a prefill of its prompt and the tokens it has generated, which reuses whatever
 of its KV is still resident (counted in `stats["preemptions"]`).
 
+With the decode kernel (step_graph.py) the host stays a step ahead: while a
+step runs, the next one is placed and queued behind it, its inputs the first
+step's tokens still on the device; the host then reads the first step's tokens,
+takes them (stop strings, grammars) and computes the grammars' masks for the
+queued step. A sequence ended by a token computes one more row, dropped.
+
 Greedy: argmax of the float32 logits, ties to the lowest id; the grammar's
 mask (extract) sets disallowed tokens to -inf first.
 """
@@ -58,6 +64,7 @@ class Seq:
     cut: bool = False  # ended by max_tokens or the model's context, not by an end token
     node: Node | None = None  # pinned end of the computed KV while running
     own: Node | None = None  # the node this sequence grows in place (it allocated its pages)
+    row: int = -1  # the row of its last step's tokens on the device while that token is not yet taken
     ctx: np.ndarray | None = None  # int64 slots of the KV down to `node` ([:n_ctx]; one slot appended a step)
     n_ctx: int = 0
 
@@ -75,6 +82,7 @@ class Decoder:
         self.max_seqs = max(1, min(passes.token_budget, LOGIT_BYTES // (8 * vocab)))  # (a pinned host copy too)
         self.graphs = graphs  # on a GPU, a step's forward replayed from a CUDA graph (step_graph.py)
         self.step: DecodeStep | bool | None = None  # the static buffers of steps, once the first step runs
+        self.blocked = False  # the last admission left sequences waiting, and none has ended since
 
     @property
     def stats(self) -> dict:
@@ -90,14 +98,23 @@ class Decoder:
                 twins.append((s, first[k]))
             else:
                 first[k] = s
-        waiting, running = deque(first.values()), []
+        waiting, running, pending = deque(first.values()), [], None
         t0 = time.perf_counter()
         try:
-            while waiting or running:
+            while waiting or running or pending is not None:
+                if pending is not None:  # a launched step whose tokens are still on the device
+                    ahead = self._ahead(pending, running, waiting)  # the next step queued behind it
+                    self._resolve(pending, running)
+                    pending = self._select(*ahead) if ahead else None
+                    continue
                 if waiting:
                     self._admit(waiting, running)
                 if running:
-                    self._step(running, waiting)
+                    if self._fast():
+                        plan, ctx_tokens = self._place_all(running, waiting)
+                        pending = self._select(*self._launch(plan, ctx_tokens))
+                    else:
+                        self._step(running, waiting)
         except BaseException:
             self.passes._abandon()  # the pins of live sequences are not worth undoing one by one
             raise
@@ -118,6 +135,7 @@ class Decoder:
                 break
             pages += need
             batch.append(waiting.popleft())
+        self.blocked = bool(waiting)
         ends = []
         for s in batch:
             if p.share:
@@ -154,24 +172,21 @@ class Decoder:
 
     # one decode step ---------------------------------------------------------------
     def _step(self, running: list, waiting: deque):
-        """One pass of one token per running sequence (within the pass's context budget)."""
-        p, tree = self.passes, self.passes.tree
+        """One pass of one token per running sequence (within the pass's context budget), through the
+        runner's jobs (ops without the decode kernel: the plain-torch reference), its tokens taken at once."""
+        p = self.passes
         plan, ctx_tokens = self._place_all(running, waiting)
         timed = p.runner.device.type == "cuda"
         start = end = None
         if timed:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        if self._fast():
-            order, logits = self._launch_step(plan, start)
-        else:
-            if timed:
-                start.record()
-            jobs = [Job(s.node, [x], [slot], outputs=[(0, r)], ctx_flat=torch.from_numpy(s.ctx[:s.n_ctx]),
-                        shared=self.shared)
-                    for r, (s, x, slot, _) in enumerate(plan)]  # (views: a step only appends past n_ctx)
-            launched = p.runner.run(jobs, full=True, on_device=True)
-            order, logits = launched.requests, launched.logits  # the logits' rows are in the runner's order
-        toks = self._argmax([plan[r][0] for r in order], logits, end if timed else None)
+            start.record()
+        jobs = [Job(s.node, [x], [slot], outputs=[(0, r)], ctx_flat=torch.from_numpy(s.ctx[:s.n_ctx]),
+                    shared=self.shared)
+                for r, (s, x, slot, _) in enumerate(plan)]  # (views: a step only appends past n_ctx)
+        launched = p.runner.run(jobs, full=True, on_device=True)
+        order, logits = launched.requests, launched.logits  # the logits' rows are in the runner's order
+        toks = self._pick([plan[r][0] for r in order], logits, end if timed else None).tolist()
         if timed:
             self.events.append((start, end))
         for r, tok in zip(order, toks):
@@ -181,13 +196,104 @@ class Decoder:
         for s, *_ in plan:
             if s.done:
                 self._finish(s)
+        self._count(len(plan), ctx_tokens)
+
+    # steps from static buffers, one queued ahead -----------------------------------------------
+    # A step is launched (`_launch`), its rows' tokens chosen on the device (`_select`), and while it runs the
+    # next one is placed and queued behind it (`_ahead`) before its tokens come back (`_resolve`): the next
+    # step reads them on the device, so the GPU does not wait for the host between steps. A sequence whose
+    # token ends it computes one row after its end, dropped.
+    def _launch(self, plan: list, ctx_tokens: int) -> tuple:
+        start = end = None
+        if self.passes.runner.device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        order, logits = self._launch_step(plan, start)
+        return plan, order, logits, start, end, ctx_tokens
+
+    def _select(self, plan, order, logits, start, end, ctx_tokens) -> tuple:
+        """The launched step's sequences grown by their input token's KV (one whose last token ended it
+        gives back a page it took), then its tokens chosen on the device (after the grammars' masks, which
+        read the tokens taken before). Returns the pending step."""
+        for s, x, slots, fresh in plan:
+            if s.done:  # ended by the token before: this row is dropped
+                self.stats["decode_dropped_rows"] += 1
+                if slots is not None and slots[0] % PAGE == 0:
+                    self.passes.tree.pool.release(slots)
+                continue
+            self._grow(s, x, slots, fresh)
+        seqs = [plan[r][0] for r in order]
+        read = self.step.keep(self._pick(seqs, logits, end))
+        for k, s in enumerate(seqs):
+            if not s.done:
+                s.row = k
+        return plan, order, read, start, end, ctx_tokens
+
+    def _resolve(self, pending: tuple, running: list):
+        """The pending step's tokens taken (the host waits for them here); sequences that end are released."""
+        plan, order, read, start, end, ctx_tokens = pending
+        toks = read()
+        if end is not None:
+            self.events.append((start, end))
+        ended = []
+        for k, r in enumerate(order):
+            s = plan[r][0]
+            if s.done:
+                continue
+            s.row = -1
+            self._take(s, toks[k])
+            if s.done:
+                ended.append(s)
+        in_plan = {id(s) for s, *_ in plan}
+        running[:] = [s for s in running if id(s) not in in_plan] + [s for s, *_ in plan if not s.done]
+        for s in ended:
+            self._finish(s)
+        self._count(len(plan), ctx_tokens)
+
+    def _ahead(self, pending: tuple, running: list, waiting: deque):
+        """The step after the pending one, launched before the pending one's tokens are read (`_launch`'s
+        tuple), or None: where sequences wait for room that may now be had (the admission comes first), or
+        the pool has too few free pages for the step without preempting. A sequence whose pending token is
+        not yet known joins only where it grows in place (the slot does not depend on the token) and only
+        if its length alone does not end it; the others run a step later."""
+        if waiting and not self.blocked:
+            return None
+        p, tree = self.passes, self.passes.tree
+        in_plan = {id(s) for s, *_ in pending[0]}
+        cand = [s for s in running if id(s) not in in_plan] + [
+            s for s, *_ in pending[0] if not s.done and len(s.out) + 1 < s.max_tokens
+            and len(s.prefix) + len(s.suffix) + len(s.out) + 1 < self.limit]
+        chosen, base_ids, ctx_tokens = [], set(), 0
+        for s in cand:
+            if s.row >= 0 and not (s.own is s.node and not s.node.children):
+                continue
+            base = base_of(s.node)
+            cost = s.node.end - base.end + (0 if self.shared and id(base) in base_ids else base.end)
+            if chosen and ctx_tokens + cost > p.ctx_budget:
+                break
+            base_ids.add(id(base))
+            ctx_tokens += cost
+            chosen.append(s)
+        pages = sum(1 for s in chosen if s.row < 0 or (s.node.slots[-1] + 1) % PAGE == 0)
+        if not chosen or (pages and not tree.make_room(pages * PAGE)):
+            return None
+        plan = []
+        for s in chosen:
+            if s.row < 0:
+                plan.append((s, *self._place(s)))  # (room made above: a page at most each)
+                continue
+            nxt = s.node.slots[-1] + 1
+            plan.append((s, Node([-1], None, s.node.end), [nxt] if nxt % PAGE else tree.allocate(1), False))
+        self.stats["decode_ahead_steps"] += 1
+        return self._launch(plan, ctx_tokens)
+
+    def _count(self, rows: int, ctx_tokens: int):
         st = self.stats
         for k in ("requested_tokens", "fresh_tokens", "min_fresh_tokens"):
-            st[k] += len(plan)
+            st[k] += rows
         st["forward_passes"] += 1
         st["decode_steps"] += 1
         st["decode_context_tokens"] += ctx_tokens  # the cached KV the step reads (a shared document once)
-        tree.passes += 1
+        self.passes.tree.passes += 1
 
     def _fast(self) -> bool:
         """Whether steps run from static buffers through the decode attention kernel (step_graph.py): where
@@ -223,7 +329,9 @@ class Decoder:
                     s.ctx = np.concatenate([s.ctx, np.zeros_like(s.ctx)])
                 s.ctx[s.n_ctx] = (slot if slot is not None else x.slots)[0]  # (_grow writes it again)
                 i = len(order)
-                ids[i], pos[i], write[i] = s.out[-1], s.n_ctx, -1 if slot is None else slot[0]
+                # a token still on the device: -1 - its row in the last step's tokens (step_graph.py)
+                ids[i] = s.out[-1] if s.row < 0 else -1 - s.row
+                pos[i], write[i] = s.n_ctx, -1 if slot is None else slot[0]
                 own = s.ctx[bl:s.n_ctx + 1]
                 pieces.append(own)
                 seg.append((i, 1, koff, len(own)))
@@ -302,8 +410,8 @@ class Decoder:
         s.ctx[s.n_ctx] = (slots if slots is not None else x.slots)[0]  # the new token's KV joins the context
         s.n_ctx += 1
         n = s.node
-        if x.parent is None:  # grown in place
-            n.tokens.append(x.tokens[0])
+        if x.parent is None:  # grown in place (its input token: the last taken)
+            n.tokens.append(s.out[-1])
             n.slots.extend(slots)
             return
         if fresh_node:
@@ -311,11 +419,11 @@ class Decoder:
         s.node, s.own = x, (x if fresh_node else None)
 
     # tokens ------------------------------------------------------------------------
-    def _argmax(self, seqs: list[Seq], logits: torch.Tensor, done=None) -> list[int]:
+    def _pick(self, seqs: list[Seq], logits: torch.Tensor, done=None) -> torch.Tensor:
         """Greedy tokens of logits [n, vocab] on their device (the first maximum: ties go to the lowest id);
-        a grammar's disallowed tokens at -inf first. Only the ids come back to the host (`done`, a CUDA
-        event, recorded once the step's last kernel is launched)."""
-        masked = [k for k, s in enumerate(seqs) if s.matcher is not None]
+        a grammar's disallowed tokens at -inf first (a row after its sequence's end: none). `done`, a CUDA
+        event, is recorded once the step's last kernel is launched."""
+        masked = [k for k, s in enumerate(seqs) if s.matcher is not None and not s.done]
         with torch.inference_mode():
             if masked:
                 self._fill_masks([seqs[k] for k in masked])
@@ -328,7 +436,7 @@ class Decoder:
             ids = logits.argmax(-1)
             if done is not None:
                 done.record()
-            return ids.tolist()
+            return ids
 
     def _choose(self, s: Seq, logits: np.ndarray):
         """Greedy choice of the next token from host logits at the sequence's end (after its prefill)."""
@@ -387,10 +495,12 @@ class Decoder:
         return self.grammars.only_end(self._mask(s))
 
     def _finish(self, s: Seq):
+        self.blocked = False
         self._release(s)
         self.stats["output_tokens"] += len(s.out)
 
     def _preempt(self, s: Seq, waiting: deque):
+        self.blocked = False
         self._release(s)
         self.stats["preemptions"] += 1
         waiting.appendleft(s)

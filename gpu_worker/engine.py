@@ -74,7 +74,9 @@ class Engine:
     `shared_decode`, else once per sequence); decode_wall_s, decode_admit_s (the admissions' prefill),
     decode_capture_s (CUDA graphs captured, once per batch bucket of the engine) and, on a GPU,
     decode_device_s (each step's span on the device, from the queueing of its first kernel, after the
-    host has packed the step, to its last kernel's end).
+    host has packed the step, to its last kernel's end); decode_ahead_steps (steps queued behind the step
+    before, ahead of the host reading its tokens) and decode_dropped_rows (rows of those computed after
+    their sequence's end).
 
     Examples
     --------
@@ -387,6 +389,7 @@ class Engine:
                            "requests": 0, "wall_s": 0.0, "truncated_rows": 0, "stages": [],
                            "output_tokens": 0, "decode_steps": 0, "preemptions": 0, "decode_wall_s": 0.0,
                            "decode_device_s": 0.0, "decode_admit_s": 0.0, "decode_capture_s": 0.0, "decode_context_tokens": 0,
+                           "decode_ahead_steps": 0, "decode_dropped_rows": 0,
                            **dict.fromkeys(TREE_COUNTERS, 0)})
         self.passes.tree_seen = dict(self.tree.stats)
 

@@ -1,8 +1,10 @@
 """A decode step's forward from static device buffers, captured as one CUDA graph per batch bucket.
 
 A decode step is one token per running sequence. Its inputs are the token
-ids, positions, KV write slots and the attention's work list (segments of a
-flat slot list: quail_kernels.decode_attention); they are copied into device
+ids (a token the step before chose on the device, not yet read by the host:
+its row there, read in the graph from the tokens `keep` holds), positions, KV
+write slots and the attention's work list (segments of a flat slot list:
+quail_kernels.decode_attention); they are copied into device
 buffers that never move, the batch is padded to a bucket (16, 32, 48, 64, then
 multiples of 32), and the bucket's forward is replayed from a CUDA graph
 captured on first use: one launch for the ~400 kernels of a step instead of a
@@ -40,6 +42,9 @@ class DecodeStep:
         self.vocab = self.model.head_all.shape[0]
         self.logits = torch.empty(self.max_b, self.vocab, dtype=self.dtype, device=self.device)
         self.arange = torch.arange(self.max_b, device=self.device)
+        # the last step's tokens, chosen on the device: an input id of -1 - r reads row r (`keep`)
+        self.tokens = torch.zeros(self.max_b, dtype=torch.long, device=self.device)
+        self._tok_host = torch.zeros(self.max_b, dtype=torch.long, pin_memory=self.device.type == "cuda")
         self._host = [None, None]  # two pinned host buffers, alternating (a step fills one while the other copies)
         self._copied = [None, None]  # the event after each one's copy
         self._turn = 0
@@ -82,7 +87,7 @@ class DecodeStep:
 
     # a step ------------------------------------------------------------------------------
     def launch(self, ids, pos, write, slots, plan, start=None) -> torch.Tensor:
-        """Launch the forward of n = len(ids) tokens: ids (int64), pos,
+        """Launch the forward of n = len(ids) tokens: ids (int64; -1 - r: row r of the tokens `keep` holds), pos,
         write (-1: not stored), the flat slot list and its `DecodePlan`. Returns the logits [n, vocab]
         (a view of a buffer the next launch overwrites). `start`: a CUDA event recorded just before the
         forward is queued (after its inputs' copies and any capture: `capture_s` counts those)."""
@@ -130,6 +135,24 @@ class DecodeStep:
             g.replay()
         return self.logits[:n]
 
+    def keep(self, ids: torch.Tensor):
+        """A step's tokens (on the device) kept as the next step's inputs and copied to the host behind it;
+        returns the function that waits for that copy and gives them as a list."""
+        n = len(ids)
+        self.tokens[:n].copy_(ids)
+        cuda = self.device.type == "cuda"
+        self._tok_host[:n].copy_(self.tokens[:n], non_blocking=cuda)
+        ev = None
+        if cuda:
+            ev = torch.cuda.Event()
+            ev.record()
+
+        def read() -> list[int]:
+            if ev is not None:
+                ev.synchronize()
+            return self._tok_host[:n].tolist()
+        return read
+
     def _forward(self, B: int, programs: int = 0):
         """The forward of B rows from the buffers; programs: the attention's work items (0: all `cap_items`,
         the fixed grid a graph replays)."""
@@ -138,7 +161,9 @@ class DecodeStep:
                 "ents": v["ents"], "part_o": self.part_o, "part_lse": self.part_lse, "programs": programs}
         meta = AttnMeta(cu_seqlens=[], groups=[], write_slots=v["write"][:B], logit_index=self.arange[:B],
                         device_meta={"decode": attn})
-        self.model(v["ids"][:B], v["pos"][:B], meta, self.kv, self.ops, full=True, out=self.logits[:B])
+        ids = v["ids"][:B]
+        ids = torch.where(ids < 0, self.tokens[(-1 - ids).clamp(min=0)], ids)  # tokens still on the device
+        self.model(ids, v["pos"][:B], meta, self.kv, self.ops, full=True, out=self.logits[:B])
 
     def _capture(self, B: int) -> torch.cuda.CUDAGraph:
         """The bucket's forward as a CUDA graph (after one eager run, which compiles its kernels; it computes

@@ -474,3 +474,32 @@ def test_swiglu_through_cublas_on_the_interleaved_weight_equals_the_fused_kernel
     tol = 1e-5 if DEVICE == "cpu" else 2e-2
     torch.testing.assert_close(plain, want, atol=tol, rtol=tol)
     torch.testing.assert_close(fused, want, atol=tol, rtol=tol)
+
+
+@needs_triton
+def test_decode_steps_queued_ahead_of_the_host_give_the_answers_of_steps_taken_one_at_a_time():
+    """With the decode kernel the host queues each step behind the one before, whose tokens it has not yet
+    read (the queued step reads them on the device): generation with stop strings and extraction under
+    grammars (masks computed once the token before is taken; rows after an answer's end computed and
+    dropped) give the plain-torch path's answers (float32 in the interpreter; the test above runs this path
+    with a pool that preempts)."""
+    if CUDA:
+        pytest.skip("float32 on a GPU takes the plain-torch reference; the GPU compares graphs with launches")
+    rng = np.random.default_rng(5)
+    words = ["apple", "river", "stock", "refund", "train", "cat", "fever", "Anna", "Paris", "1987"]
+    docs = [" ".join(rng.choice(words, int(n))) for n in rng.integers(2, 16, 8)] + [None]
+    fields = {"name": "string", "year": "integer"}
+    outs, stats = [], []
+    for kernel in (False, True):
+        eng = Engine(EngineConfig(model="tiny-qwen3-random", device="cpu", dtype="float32", token_budget=128,
+                                  kv_pool_tokens=144))
+        if kernel:
+            eng.runner.ops = eng.rt.ops = CudaOps(use_triton=True, self_attn="triton", ctx_attn="fused")
+        full = eng.generate(docs, "Write a title.", max_tokens=6)
+        stop = [f[2:4] for f in full if f and len(f) > 4][:3]  # stop strings met mid-answer
+        outs.append((full, eng.generate(docs, "Write a title.", max_tokens=6, stop=stop),
+                     [e and (e.values, e.cut) for e in eng.extract(docs, fields, max_tokens=8)]))
+        stats.append(dict(eng.stats))
+    assert outs[1] == outs[0]
+    assert stats[1]["decode_ahead_steps"] > 0 and stats[1]["decode_dropped_rows"] > 0
+    assert stats[0]["decode_ahead_steps"] == 0  # (the plain-torch path takes each step's tokens at once)
