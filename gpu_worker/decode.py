@@ -20,6 +20,8 @@ step runs, the next one is placed and queued behind it, its inputs the first
 step's tokens still on the device; the host then reads the first step's tokens,
 takes them (stop strings, grammars) and computes the grammars' masks for the
 queued step. A sequence ended by a token computes one more row, dropped.
+Sequences waiting for room that an end has freed are admitted then, their
+prefill queued behind the step; they join the step after.
 
 Greedy: argmax of the float32 logits, ties to the lowest id; the grammar's
 mask (extract) sets disallowed tokens to -inf first.
@@ -103,9 +105,11 @@ class Decoder:
         try:
             while waiting or running or pending is not None:
                 if pending is not None:  # a launched step whose tokens are still on the device
-                    ahead = self._ahead(pending, running, waiting)  # the next step queued behind it
+                    ahead = self._ahead(pending, running)  # the next step queued behind it
                     self._resolve(pending, running)
                     pending = self._select(*ahead) if ahead else None
+                    if pending is not None and waiting and not self.blocked:
+                        self._admit(waiting, running)  # room an end freed: its prefill queued behind the step
                     continue
                 if waiting:
                     self._admit(waiting, running)
@@ -249,14 +253,11 @@ class Decoder:
             self._finish(s)
         self._count(len(plan), ctx_tokens)
 
-    def _ahead(self, pending: tuple, running: list, waiting: deque):
+    def _ahead(self, pending: tuple, running: list):
         """The step after the pending one, launched before the pending one's tokens are read (`_launch`'s
-        tuple), or None: where sequences wait for room that may now be had (the admission comes first), or
-        the pool has too few free pages for the step without preempting. A sequence whose pending token is
+        tuple), or None where the pool has too few free pages for the step without preempting. A sequence whose pending token is
         not yet known joins only where it grows in place (the slot does not depend on the token) and only
         if its length alone does not end it; the others run a step later."""
-        if waiting and not self.blocked:
-            return None
         p, tree = self.passes, self.passes.tree
         in_plan = {id(s) for s, *_ in pending[0]}
         cand = [s for s in running if id(s) not in in_plan] + [
