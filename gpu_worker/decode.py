@@ -153,6 +153,8 @@ class Decoder:
         logits = p.serve(ends, sum(len(s.prefix) + len(s.suffix) + len(s.out) for s in batch), self.vocab)
         self.stats["decode_admit_s"] += time.perf_counter() - t0  # (serve waits for the prompts' logits)
         back = []
+        # the grammars' first masks computed together, on llguidance's threads
+        self._fill_masks([s for s, end in zip(batch, ends) if s.matcher is not None and end.slots is not None])
         for s, end, row in zip(batch, ends, logits):
             if end.slots is None:  # the pool could not keep its prompt: it waits for room
                 p.unpin(end)
