@@ -73,7 +73,7 @@ class Tally:
         return "\n".join(lines)
 
 
-def chosen(seeds, n: int, tags: list, entry: str | None, most: int | None, start: int = 0):
+def chosen(seeds, n: int, tags: list, entry: str | None, most: int | None, start: int = 0, only=None):
     """(seed, index, query) to check: every query of every seed, the seeds in turn (so that a run
     stopped early covers each); or, given tags or a known.py entry (which is then disabled), those of
     its shape, the tags in turn, the queries with fewest tags first."""
@@ -81,7 +81,8 @@ def chosen(seeds, n: int, tags: list, entry: str | None, most: int | None, start
     from .known import KNOWN, fits
 
     gens = {seed: Gen(seed) for seed in seeds}
-    every = ((seed, i, q) for i in range(n) for seed, gen in gens.items() for q in [gen.query()] if i >= start)
+    every = ((seed, i, q) for i in range(n) for seed, gen in gens.items() for q in [gen.query()] if i >= start
+             and (not only or i in only))
     if not tags and not entry:
         return every
     needs = [tuple(tags)] if tags else []
@@ -105,6 +106,7 @@ def main(argv=None) -> int:
     ap.add_argument("--first", type=int, default=0, help="the first seed")
     ap.add_argument("--queries", type=int, default=400, help="queries per seed")
     ap.add_argument("--start", type=int, default=0, help="skip each seed's queries before this index")
+    ap.add_argument("--only", help="check only these query indices of each seed (comma-separated)")
     ap.add_argument("--verbose", action="store_true", help="one line per query")
     ap.add_argument("--shrink-seconds", type=float, default=180.0, help="per new failure (0: no shrinking)")
     ap.add_argument("--tag", action="append", default=[], help="check only queries holding this tag (repeatable: any)")
@@ -122,7 +124,8 @@ def main(argv=None) -> int:
     start, done = time.monotonic(), 0
     seeds = range(args.first, args.first + args.seeds)
     try:
-        for seed, i, q in chosen(seeds, args.queries, args.tag, args.entry, args.max, args.start):
+        for seed, i, q in chosen(seeds, args.queries, args.tag, args.entry, args.max, args.start,
+                                  {int(x) for x in args.only.split(",")} if args.only else None):
             t0 = time.monotonic()
             out = check(oracle, paths, q)
             if args.verbose:
