@@ -344,9 +344,10 @@ class Decoder:
         from quail_kernels.decode_attention import plan_decode, seqs_per_item
 
         st = self.step
-        dplan = plan_decode(q_lo, q_n, k_lo, k_n, n, seqs_per_item(st.rep))
+        qb = seqs_per_item(st.rep, shared=bool((q_n > 1).any()))  # fewer query rows an item without a shared document
+        dplan = plan_decode(q_lo, q_n, k_lo, k_n, n, qb)
         cap = st.capture_s
-        logits = st.launch(ids, pos, write, np.concatenate(pieces), dplan, start)
+        logits = st.launch(ids, pos, write, np.concatenate(pieces), dplan, start, qb)
         self.stats["decode_capture_s"] += st.capture_s - cap
         return order, logits
 

@@ -73,7 +73,7 @@ class DecodeStep:
         self.part_o = torch.empty(self.cap_parts, self.n_kv, self.rep, self.d, dtype=torch.float32, device=self.device)
         self.part_lse = torch.empty(self.cap_parts, self.n_kv, self.rep, dtype=torch.float32, device=self.device)
         self._host = [None, None]
-        self._graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self._graphs: dict[tuple, torch.cuda.CUDAGraph] = {}  # (bucket, sequences per work item)
         self._pool = None  # (a dropped graph's pool id cannot be captured into again)
 
     def _host_buffer(self) -> np.ndarray:
@@ -86,11 +86,11 @@ class DecodeStep:
         return self._host[t].numpy()
 
     # a step ------------------------------------------------------------------------------
-    def launch(self, ids, pos, write, slots, plan, start=None) -> torch.Tensor:
+    def launch(self, ids, pos, write, slots, plan, start=None, qb: int = 0) -> torch.Tensor:
         """Launch the forward of n = len(ids) tokens: ids (int64; -1 - r: row r of the tokens `keep` holds), pos,
         write (-1: not stored), the flat slot list and its `DecodePlan`. Returns the logits [n, vocab]
-        (a view of a buffer the next launch overwrites). `start`: a CUDA event recorded just before the
-        forward is queued (after its inputs' copies and any capture: `capture_s` counts those)."""
+        (a view of a buffer the next launch overwrites). `qb`: the plan's sequences per work item (one
+        graph per bucket and qb). `start`: a CUDA event recorded just before the forward is queued (after its inputs' copies and any capture: `capture_s` counts those)."""
         n = len(ids)
         B = bucket(n) if self.graphs else n  # (eager: no padding)
         n_items, n_slots, n_parts = plan.items.shape[1], len(slots), plan.n_partials
@@ -123,12 +123,12 @@ class DecodeStep:
         if not self.graphs:
             if start is not None:
                 start.record()
-            self._forward(B, n_items)
+            self._forward(B, n_items, qb)
         else:
-            g = self._graphs.get(B)
+            g = self._graphs.get((B, qb))
             if g is None:
                 t0 = time.perf_counter()
-                g = self._graphs[B] = self._capture(B)
+                g = self._graphs[(B, qb)] = self._capture(B, qb)
                 self.capture_s += time.perf_counter() - t0
             if start is not None:
                 start.record()
@@ -153,29 +153,29 @@ class DecodeStep:
             return self._tok_host[:n].tolist()
         return read
 
-    def _forward(self, B: int, programs: int = 0):
+    def _forward(self, B: int, programs: int = 0, qb: int = 0):
         """The forward of B rows from the buffers; programs: the attention's work items (0: all `cap_items`,
-        the fixed grid a graph replays)."""
+        the fixed grid a graph replays); qb: sequences per work item."""
         v = self.v
         attn = {"slots": v["slots"], "items": v["items"], "n_items": v["n_items"][:1], "ptr": v["ptr"][:B + 1],
-                "ents": v["ents"], "part_o": self.part_o, "part_lse": self.part_lse, "programs": programs}
+                "ents": v["ents"], "part_o": self.part_o, "part_lse": self.part_lse, "programs": programs, "qb": qb}
         meta = AttnMeta(cu_seqlens=[], groups=[], write_slots=v["write"][:B], logit_index=self.arange[:B],
                         device_meta={"decode": attn})
         ids = v["ids"][:B]
         ids = torch.where(ids < 0, self.tokens[(-1 - ids).clamp(min=0)], ids)  # tokens still on the device
         self.model(ids, v["pos"][:B], meta, self.kv, self.ops, full=True, out=self.logits[:B])
 
-    def _capture(self, B: int) -> torch.cuda.CUDAGraph:
+    def _capture(self, B: int, qb: int) -> torch.cuda.CUDAGraph:
         """The bucket's forward as a CUDA graph (after one eager run, which compiles its kernels; it computes
         this step, and the replay computes it again: the same KV written to the same slots)."""
         s = torch.cuda.Stream(self.device)
         s.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(s):
-            self._forward(B)
+            self._forward(B, 0, qb)
         torch.cuda.current_stream(self.device).wait_stream(s)
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g, pool=self._pool):  # the buckets' graphs share one memory pool (the first's)
-            self._forward(B)
+            self._forward(B, 0, qb)
         if self._pool is None:
             self._pool = g.pool()
         self.captures += 1

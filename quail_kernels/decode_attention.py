@@ -34,12 +34,17 @@ CHUNK = 256  # keys per work item (split-K)
 # each 1,000-key document) 1.83 against 1.50 (benchmarks/probes/results/decode_attn_sweep_h100.json)
 BLOCK_N = 64
 QB_ROWS = 32  # query rows per program: qb sequences x their query heads of one KV head
+# where no segment has several sequences (no shared document), fewer rows: on an H100, GENERATE-shaped steps
+# read 2.36 TB/s with 16 rows against 2.22 with 32; EXTRACT-shaped ones (8 forks a document) need 32
+# (1.66 against 1.53) (benchmarks/probes/results/decode_attn_sweep_h100_980f870.json)
+SOLO_ROWS = 16
 PERSISTENT = 1024  # programs per KV head of the fixed grid (each takes every 1024th item)
 
 
-def seqs_per_item(rep: int) -> int:
-    """Query sequences per work item: `QB_ROWS` rows of `rep` heads each (at least one sequence)."""
-    return max(1, QB_ROWS // rep)
+def seqs_per_item(rep: int, shared: bool = True) -> int:
+    """Query sequences per work item: `QB_ROWS` rows of `rep` heads each where a segment may hold several
+    sequences, else `SOLO_ROWS` (at least one sequence)."""
+    return max(1, (QB_ROWS if shared else SOLO_ROWS) // rep)
 
 
 @triton.jit
@@ -180,14 +185,16 @@ def plan_decode(q_lo, q_n, k_lo, k_n, n_seq: int, qb: int, chunk: int = CHUNK) -
 
 
 def decode_attention(q, k_cache, v_cache, slots, items, n_items, ptr, ents, part_o, part_lse, out=None,
-                     programs: int = 0, block_n: int = BLOCK_N, num_warps: int = 2, num_stages: int = 2):
+                     programs: int = 0, qb: int = 0, block_n: int = BLOCK_N, num_warps: int = 2,
+                     num_stages: int = 2):
     """Attention of one query token per sequence over its segments' keys (module docstring).
 
     q: [B, n_q, d]; k_cache, v_cache: [n_slots, n_kv, d]; slots: int64 flat slot list; items: int64
     [5, cap] (`DecodePlan.items` in its first columns; cap fixes the grid); n_items: int64 [1]; ptr:
     int64 [B + 1]; ents: int64 partial rows; part_o float32 [P, n_kv, rep, d] and part_lse float32
     [P, n_kv, rep]: scratch for P >= the plan's partial rows; programs: programs per KV head, each taking
-    every so many items (default min(cap, PERSISTENT): a fixed grid, for a CUDA graph); block_n,
+    every so many items (default min(cap, PERSISTENT): a fixed grid, for a CUDA graph); qb: the plan's
+    sequences per item (default `seqs_per_item(rep)`); block_n,
     num_warps, num_stages: the item kernel's keys per inner step and launch settings. Returns out [B, n_q, d] (q's dtype); a sequence with no partial
     row gets zeros. Nothing here reads a device value on the host.
     """
@@ -206,7 +213,7 @@ def decode_attention(q, k_cache, v_cache, slots, items, n_items, ptr, ents, part
     check_tensor("part_lse", part_lse, shape=(part_o.shape[0], n_kv, rep), dtype=torch.float32)
     if out is None:
         out = torch.empty_like(q)
-    qb = seqs_per_item(rep)
+    qb = qb or seqs_per_item(rep)
     upcast = interpreter_active()
     cap = items.shape[1]
     _decode_part_kernel[(programs or min(cap, PERSISTENT), n_kv)](

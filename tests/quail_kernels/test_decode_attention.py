@@ -16,7 +16,7 @@ if DEVICE is None:
     pytest.skip("needs Triton's interpreter or a CUDA device", allow_module_level=True)
 
 
-def _run(n_q, n_kv, d, groups, dtype, chunk, spare_items=3, seed=0, programs=0):
+def _run(n_q, n_kv, d, groups, dtype, chunk, spare_items=3, seed=0, programs=0, shared=True):
     """groups: (base keys, [own keys of each sequence]); a sequence's keys are its group's base then its own.
     The slot list holds each base once (shared) and the pool's slots are shuffled."""
     g = torch.Generator().manual_seed(seed)
@@ -40,7 +40,8 @@ def _run(n_q, n_kv, d, groups, dtype, chunk, spare_items=3, seed=0, programs=0):
             keys.append(torch.cat([bs, os_]))
             s += 1
     rep = n_q // n_kv
-    plan = plan_decode(q_lo, q_n, k_lo, k_n, n_seq, seqs_per_item(rep), chunk)
+    qb = seqs_per_item(rep, shared)
+    plan = plan_decode(q_lo, q_n, k_lo, k_n, n_seq, qb, chunk)
     cap = plan.items.shape[1] + spare_items  # a fixed grid larger than the work: the spare items do nothing
     items = np.full((5, cap), 7, dtype=np.int64)  # (stale values past n_items)
     items[:, :plan.items.shape[1]] = plan.items
@@ -49,7 +50,7 @@ def _run(n_q, n_kv, d, groups, dtype, chunk, spare_items=3, seed=0, programs=0):
     out = decode_attention(dev(q), dev(k_cache), dev(v_cache), dev(np.array(flat, dtype=np.int64)), dev(items),
                            dev(np.array([plan.items.shape[1]])), dev(plan.ptr), dev(plan.ents),
                            torch.zeros(P, n_kv, rep, d, device=DEVICE), torch.zeros(P, n_kv, rep, device=DEVICE),
-                           programs=programs)
+                           programs=programs, qb=qb)
     ref = decode_attention_ref(q, k_cache, v_cache, keys)
     return out.cpu().float(), ref.float(), plan
 
@@ -70,6 +71,15 @@ def test_fewer_programs_than_items_each_take_several():
     works through every third item; the same result."""
     out, ref, plan = _run(8, 2, 32, [(150, [3, 1, 9]), (0, [70]), (40, [1, 2])], torch.float32, 32, programs=3)
     assert plan.items.shape[1] > 9
+    torch.testing.assert_close(out, ref, atol=2e-5 if DEVICE == "cpu" else 2e-2, rtol=1e-4)
+
+
+def test_items_of_one_sequence_each_take_fewer_query_rows():
+    """Without a shared document (every segment one sequence) a step's items hold fewer query rows
+    (`SOLO_ROWS`): the same result."""
+    groups = [(0, [3]), (0, [70]), (0, [1]), (0, [40])]
+    out, ref, plan = _run(8, 2, 32, groups, torch.float32, 32, shared=False)
+    assert seqs_per_item(4, shared=False) < seqs_per_item(4)
     torch.testing.assert_close(out, ref, atol=2e-5 if DEVICE == "cpu" else 2e-2, rtol=1e-4)
 
 
