@@ -4,7 +4,7 @@ Outcomes: ``agreed``; ``refused`` (by every path and the oracle: counted with th
 own or ours); ``tie`` (a path differs but the oracle used a margin within 1e-4 of its boundary, or
 a DISTINCT / UNION / GROUP BY kept apart two scores of one prompt that differ within 1e-5, or a
 rank() ordered by an ai_score numbered apart rows the oracle scored with one prompt and the rows
-agree with the rank columns left out: the engine's values are equal within float tolerance, not bit
+agree with the rank columns left out, as distinct rows where the query keeps distinct rows: the engine's values are equal within float tolerance, not bit
 for bit, across batch compositions and cache states, and these operators compare exact values);
 ``known`` (a failure of an entry of known.py); ``wrong`` (a new failure: a path's rows differ from
 the oracle's, or one side refused what another ran)."""
@@ -60,7 +60,8 @@ def check(oracle, paths, q: Query) -> Outcome:
         return Outcome("tie", failures)
     ranks = _score_ranks(q)
     if ranks and oracle.repeated_score and not isinstance(want, str) and all(
-            not isinstance(got[p], str) and same(without(got[p], ranks), without(want, ranks)) for p in failures):
+            not isinstance(got[p], str) and same(without(got[p], ranks, _exact_sets(q)),
+                                                 without(want, ranks, _exact_sets(q))) for p in failures):
         return Outcome("tie", failures)
     name = known(q.shape, failures)
     return Outcome("known:" + name if name else "wrong", failures)
@@ -78,11 +79,13 @@ def _score_ranks(q: Query) -> set:
     return ranks(q.body) | (ranks(q.other) if q.other is not None else set())
 
 
-def without(rows, positions: set):
-    """The multiset with the columns at ``positions`` left out."""
+def without(rows, positions: set, distinct: bool = False):
+    """The multiset with the columns at ``positions`` left out (its distinct rows where the query keeps
+    distinct rows: two rank values of one row made it two rows)."""
     from collections import Counter
 
-    return Counter(tuple(v for k, v in enumerate(r) if k not in positions) for r in rows.elements())
+    out = Counter(tuple(v for k, v in enumerate(r) if k not in positions) for r in rows.elements())
+    return Counter(set(out)) if distinct else out
 
 
 def collapsed(rows):
