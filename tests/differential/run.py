@@ -4,6 +4,10 @@ Generates ``--queries`` queries per seed (seeds 0..N-1, or ``--first``), checks 
 against the SQLite oracle, shrinks each new failure, and prints the counts: agreed, wrong, known,
 refused by all (with reasons, Spark's own or ours), ties; then each new failure's minimal query.
 
+``--start I`` skips each seed's queries before index I (a long run continued), ``--only I,J`` checks
+those indices alone. A run holds one SparkSession whose Python workers take several GB at times: more
+than three runs side by side on 24 GB have had their JVMs killed for memory.
+
 ``--entry NAME`` rechecks one known.py entry: only the queries of its shape (``--max`` of them,
 each of its alternative tags in turn, the queries with fewest tags first), with the entry disabled so
 that its failures count as new; ``--tag`` picks queries by tag the same way."""
