@@ -382,8 +382,8 @@ class Decoder:
 
     def _account(self, t0: float):
         """decode_wall_s: this run's wall; decode_admit_s: its admissions' (their prompts' prefill, the host
-        waiting for their logits, behind any step queued before them); decode_capture_s: the CUDA graphs' captures (step_graph.py: once per batch
-        bucket of the engine); decode_device_s: each step's span on the device, from its first kernel's
+        waiting for their logits, behind any step queued before them); decode_capture_s: the CUDA graphs'
+        captures (step_graph.py: once per batch bucket of the engine); decode_device_s: each step's span on the device, from its first kernel's
         start to its last kernel's end (CUDA; launch gaps inside a step included), so the wall less both is
         where the device waited on the host between steps."""
         ev, self.events = self.events, []
