@@ -256,10 +256,10 @@ class Decoder:
         self._count(len(plan), ctx_tokens)
 
     def _ahead(self, pending: tuple, running: list):
-        """The step after the pending one, launched before the pending one's tokens are read (`_launch`'s
-        tuple), or None where the pool has too few free pages for the step without preempting. A sequence whose pending token is
-        not yet known joins only where it grows in place (the slot does not depend on the token) and only
-        if its length alone does not end it; the others run a step later."""
+        """The step after the pending one, launched before the pending one's tokens are read (`_launch`'s tuple), or
+        None where the pool has too few free pages for the step without preempting. A sequence whose pending token
+        is not yet known joins only where it grows in place (the slot does not depend on the token) and only if its
+        length alone does not end it; the others run a step later."""
         p, tree = self.passes, self.passes.tree
         in_plan = {id(s) for s, *_ in pending[0]}
         cand = [s for s in running if id(s) not in in_plan] + [
@@ -381,11 +381,11 @@ class Decoder:
         return plan, ctx_tokens
 
     def _account(self, t0: float):
-        """decode_wall_s: this run's wall; decode_admit_s: its admissions' (their prompts' prefill, the host
-        waiting for their logits, behind any step queued before them); decode_capture_s: the CUDA graphs'
-        captures (step_graph.py: once per batch bucket of the engine); decode_device_s: each step's span on the device, from its first kernel's
-        start to its last kernel's end (CUDA; launch gaps inside a step included), so the wall less both is
-        where the device waited on the host between steps."""
+        """decode_wall_s: this run's wall; decode_admit_s: its admissions' (their prompts' prefill, the host waiting
+        for their logits, behind any step queued before them); decode_capture_s: the CUDA graphs' captures
+        (step_graph.py: once per batch bucket of the engine); decode_device_s: each step's span on the device, from
+        its first kernel's start to its last kernel's end (CUDA; launch gaps inside a step included), so the wall
+        less both is where the device waited on the host between steps."""
         ev, self.events = self.events, []
         if ev:
             ev[-1][1].synchronize()

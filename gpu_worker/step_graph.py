@@ -88,9 +88,10 @@ class DecodeStep:
     # a step ------------------------------------------------------------------------------
     def launch(self, ids, pos, write, slots, plan, start=None, qb: int = 0) -> torch.Tensor:
         """Launch the forward of n = len(ids) tokens: ids (int64; -1 - r: row r of the tokens `keep` holds), pos,
-        write (-1: not stored), the flat slot list and its `DecodePlan`. Returns the logits [n, vocab]
-        (a view of a buffer the next launch overwrites). `qb`: the plan's sequences per work item (one
-        graph per bucket and qb). `start`: a CUDA event recorded just before the forward is queued (after its inputs' copies and any capture: `capture_s` counts those)."""
+        write (-1: not stored), the flat slot list and its `DecodePlan`. Returns the logits [n, vocab] (a view of a
+        buffer the next launch overwrites). `qb`: the plan's sequences per work item (one graph per bucket and qb).
+        `start`: a CUDA event recorded just before the forward is queued (after its inputs' copies and any capture:
+        `capture_s` counts those)."""
         n = len(ids)
         B = bucket(n) if self.graphs else n  # (eager: no padding)
         n_items, n_slots, n_parts = plan.items.shape[1], len(slots), plan.n_partials

@@ -189,14 +189,13 @@ def decode_attention(q, k_cache, v_cache, slots, items, n_items, ptr, ents, part
                      num_stages: int = 2):
     """Attention of one query token per sequence over its segments' keys (module docstring).
 
-    q: [B, n_q, d]; k_cache, v_cache: [n_slots, n_kv, d]; slots: int64 flat slot list; items: int64
-    [5, cap] (`DecodePlan.items` in its first columns; cap fixes the grid); n_items: int64 [1]; ptr:
-    int64 [B + 1]; ents: int64 partial rows; part_o float32 [P, n_kv, rep, d] and part_lse float32
-    [P, n_kv, rep]: scratch for P >= the plan's partial rows; programs: programs per KV head, each taking
-    every so many items (default min(cap, PERSISTENT): a fixed grid, for a CUDA graph); qb: the plan's
-    sequences per item (default `seqs_per_item(rep)`); block_n,
-    num_warps, num_stages: the item kernel's keys per inner step and launch settings. Returns out [B, n_q, d] (q's dtype); a sequence with no partial
-    row gets zeros. Nothing here reads a device value on the host.
+    q: [B, n_q, d]; k_cache, v_cache: [n_slots, n_kv, d]; slots: int64 flat slot list; items: int64 [5, cap]
+    (`DecodePlan.items` in its first columns; cap fixes the grid); n_items: int64 [1]; ptr: int64 [B + 1]; ents:
+    int64 partial rows; part_o float32 [P, n_kv, rep, d] and part_lse float32 [P, n_kv, rep]: scratch for P >= the
+    plan's partial rows; programs: programs per KV head, each taking every so many items (default min(cap,
+    PERSISTENT): a fixed grid, for a CUDA graph); qb: the plan's sequences per item (default `seqs_per_item(rep)`);
+    block_n, num_warps, num_stages: the item kernel's keys per inner step and launch settings. Returns out [B, n_q,
+    d] (q's dtype); a sequence with no partial row gets zeros. Nothing here reads a device value on the host.
     """
     check_device(q=q, k_cache=k_cache, v_cache=v_cache, slots=slots, items=items, part_o=part_o)
     B, n_q, d = q.shape
