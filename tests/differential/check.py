@@ -4,8 +4,9 @@ Outcomes: ``agreed``; ``refused`` (by every path and the oracle: counted with th
 own or ours); ``tie`` (a path differs but the oracle used a margin within 1e-4 of its boundary, or
 a DISTINCT / UNION / GROUP BY kept apart two scores of one prompt that differ within 1e-5, or a
 rank() ordered by an ai_score numbered apart rows the oracle scored with one prompt and the rows
-agree with the rank columns left out, as distinct rows where the query keeps distinct rows: the engine's values are equal within float tolerance, not bit
-for bit, across batch compositions and cache states, and these operators compare exact values);
+agree with the rank columns left out, as distinct rows where the query keeps distinct rows: the
+engine's values are equal within float tolerance, not bit for bit, across batch compositions and
+cache states, and these operators compare exact values);
 ``known`` (a failure of an entry of known.py); ``wrong`` (a new failure: a path's rows differ from
 the oracle's, or one side refused what another ran)."""
 from __future__ import annotations
