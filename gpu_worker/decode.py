@@ -263,14 +263,12 @@ class Decoder:
         p, tree = self.passes, self.passes.tree
         in_plan = {id(s) for s, *_ in pending[0]}
         cand = [s for s in running if id(s) not in in_plan] + [
-            s for s, *_ in pending[0] if not s.done and len(s.out) + 1 < s.max_tokens
-            and len(s.prefix) + len(s.suffix) + len(s.out) + 1 < self.limit]
+            s for s, *_ in pending[0] if not s.done and not self._full(s, len(s.out) + 1)]
         chosen, base_ids, ctx_tokens = [], set(), 0
         for s in cand:
             if s.row >= 0 and not (s.own is s.node and not s.node.children):
                 continue
-            base = base_of(s.node)
-            cost = s.node.end - base.end + (0 if self.shared and id(base) in base_ids else base.end)
+            base, cost = self._cost(s, base_ids)
             if chosen and ctx_tokens + cost > p.ctx_budget:
                 break
             base_ids.add(id(base))
@@ -288,6 +286,12 @@ class Decoder:
             plan.append((s, Node([-1], None, s.node.end), [nxt] if nxt % PAGE else tree.allocate(1), False))
         self.stats["decode_ahead_steps"] += 1
         return self._launch(plan, ctx_tokens)
+
+    def _cost(self, s: Seq, base_ids: set) -> tuple:
+        """(its base, the cached context tokens the sequence adds to a step: its document once a step, when
+        shared, after the first sequence of `base_ids` reading it)."""
+        base = base_of(s.node)
+        return base, s.node.end - base.end + (0 if self.shared and id(base) in base_ids else base.end)
 
     def _count(self, rows: int, ctx_tokens: int):
         st = self.stats
@@ -360,8 +364,7 @@ class Decoder:
         i = 0
         while i < len(running):
             s = running[i]
-            base = base_of(s.node)
-            cost = s.node.end - base.end + (0 if self.shared and id(base) in base_ids else base.end)
+            base, cost = self._cost(s, base_ids)
             if plan and ctx_tokens + cost > p.ctx_budget:
                 break  # the rest run next step, first
             got = self._place(s)
@@ -471,8 +474,12 @@ class Decoder:
                 lo = max(0, s.scanned - max(map(len, s.stop)) + 1)
                 s.done = any(text.find(x, lo) >= 0 for x in s.stop)
                 s.scanned = len(text)
-        if not s.done and (len(s.out) >= s.max_tokens or len(s.prefix) + len(s.suffix) + len(s.out) >= self.limit):
+        if not s.done and self._full(s, len(s.out)):
             s.done = s.cut = True
+
+    def _full(self, s: Seq, n_out: int) -> bool:
+        """Whether an answer of n_out tokens ends the sequence by its length (max_tokens or the context)."""
+        return n_out >= s.max_tokens or len(s.prefix) + len(s.suffix) + n_out >= self.limit
 
     def _mask(self, s: Seq) -> np.ndarray:
         """The tokens the grammar allows next, packed (int32 words; computed once per token)."""
