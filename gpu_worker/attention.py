@@ -138,7 +138,17 @@ def split_attention_torch(q, k, v, k_cache, v_cache, meta: AttnMeta, merge_fn=me
     """
     out = torch.empty_like(q)
     cu = meta.cu_seqlens
+    batches = meta.device_meta.get("one_token")
+    if batches is None:
+        batches = meta.device_meta["one_token"] = _one_token_batches(meta.groups, q.device)
+    for rows, slots, ok in batches:
+        kb, vb = (torch.cat([c[slots], x[rows, None]], 1).transpose(1, 2) for c, x in ((k_cache, k), (v_cache, v)))
+        o = torch.nn.functional.scaled_dot_product_attention(q[rows, :, None], kb, vb, attn_mask=ok,
+                                                             enable_gqa=q.shape[1] != k.shape[1])
+        out[rows] = o[:, :, 0]
     for g in meta.groups:
+        if g.ctx_slots is not None and g.tok_hi - g.tok_lo == g.seq_hi - g.seq_lo:
+            continue  # one token a sequence: attended above
         lens = [cu[i + 1] - cu[i] for i in range(g.seq_lo, g.seq_hi)]
         L = max(lens)
         C = 0 if g.ctx_slots is None else g.ctx_slots.numel()
@@ -169,6 +179,35 @@ def split_attention_torch(q, k, v, k_cache, v_cache, meta: AttnMeta, merge_fn=me
             o_ctx, lse_ctx = o_ctx[0].transpose(0, 1), lse_ctx[0].transpose(0, 1)  # [Tg, n_q, d], [Tg, n_q]
             o_self, _ = merge_fn(o_self, lse_self, o_ctx, lse_ctx)
         out[g.tok_lo:g.tok_hi] = o_self
+    return out
+
+
+ONE_TOKEN_WASTE = 2.0  # a batch of one-token rows pads no context to more than this many times its length
+
+
+def _one_token_batches(groups: list[Group], device) -> list[tuple]:
+    """The rows that are one token after a cached context (a decode step's sequences), in batches of
+    contexts of similar length: (rows int64 [B], context slots int64 [B, C] right-padded, mask bool
+    [B, 1, 1, C + 1] of the keys each row sees: its context, then its own token last). One fused call
+    per batch instead of one or two per sequence."""
+    rows, ctxs = [], []
+    for g in groups:
+        if g.ctx_slots is not None and g.tok_hi - g.tok_lo == g.seq_hi - g.seq_lo:
+            rows += range(g.tok_lo, g.tok_hi)
+            ctxs += [g.ctx_slots] * (g.tok_hi - g.tok_lo)
+    order = sorted(range(len(rows)), key=lambda i: ctxs[i].numel())
+    out, i = [], 0
+    while i < len(order):
+        j, first = i + 1, ctxs[order[i]].numel()
+        while j < len(order) and ctxs[order[j]].numel() <= ONE_TOKEN_WASTE * first:
+            j += 1
+        part = order[i:j]
+        lens = torch.tensor([ctxs[r].numel() for r in part], device=device)
+        slots = torch.nn.utils.rnn.pad_sequence([ctxs[r] for r in part], batch_first=True)
+        keys = torch.arange(slots.shape[1] + 1, device=device)
+        ok = (keys[None] < lens[:, None]) | (keys[None] == slots.shape[1])
+        out.append((torch.tensor([rows[r] for r in part], device=device), slots, ok[:, None, None]))
+        i = j
     return out
 
 

@@ -102,3 +102,44 @@ def test_folded_attention_padded_or_per_sequence_agree(monkeypatch):
     monkeypatch.setattr(attention, "UNPADDED_MAX_SEQS", 0)
     padded = split_attention_torch(q, k, v, kc, vc, meta)
     torch.testing.assert_close(each, padded, rtol=1e-5, atol=1e-5)
+
+
+def test_one_token_rows_after_their_contexts_in_padded_batches_equal_each_alone():
+    """A decode step's rows (one token after a cached context each, two of them at one node, contexts of
+    3 to 300 tokens so that they fall in several length batches) equal dense attention of each row over its
+    context and itself; a group of longer sequences in the same pass is attended as before."""
+    import torch
+
+    from gpu_worker.attention import AttnMeta, Group, attend, split_attention_torch
+
+    g = torch.Generator().manual_seed(2)
+    n_q, n_kv, d, P = 6, 2, 16, 400
+    kc, vc = (torch.randn(P, n_kv, d, generator=g) for _ in range(2))
+    ctx_lens = [3, 300, 40, 41, 7, 150]
+    rows_per = [1, 1, 2, 1, 1, 1]
+    lens = [1] * sum(rows_per) + [9]
+    T = sum(lens)
+    q, k, v = (torch.randn(T, h, d, generator=g) for h in (n_q, n_kv, n_kv))
+    groups, ctxs, s = [], [], 0
+    for c, n in zip(ctx_lens, rows_per):
+        slots = torch.randperm(P, generator=g)[:c]
+        groups.append(Group(slots, s, s + n, s, s + n))
+        ctxs += [slots] * n
+        s += n
+    groups.append(Group(torch.arange(20), s, s + 1, s, s + 9))
+    cu = [0] + np.cumsum(lens).tolist()
+    meta = AttnMeta(cu_seqlens=cu, groups=groups, write_slots=torch.full((T,), -1),
+                    logit_index=torch.zeros(0, dtype=torch.long))
+    got = split_attention_torch(q, k, v, kc, vc, meta)
+    assert len(meta.device_meta["one_token"]) >= 3  # contexts of 3, ~40 and 150-300 tokens: apart
+    for t, slots in enumerate(ctxs):
+        keys = torch.cat([kc[slots], k[t:t + 1]]).transpose(0, 1)[None]
+        vals = torch.cat([vc[slots], v[t:t + 1]]).transpose(0, 1)[None]
+        ref = attend(q[t:t + 1].transpose(0, 1)[None], keys, vals)[0][0, :, 0]
+        torch.testing.assert_close(got[t], ref, rtol=1e-5, atol=1e-5)
+    a = cu[-2]
+    keys = torch.cat([kc[:20], k[a:]]).transpose(0, 1)[None]
+    vals = torch.cat([vc[:20], v[a:]]).transpose(0, 1)[None]
+    qq = torch.cat([torch.zeros(20, n_q, d), q[a:]]).transpose(0, 1)[None]
+    ref = attend(qq, keys, vals, torch.tensor([29]))[0][0, :, 20:].transpose(0, 1)
+    torch.testing.assert_close(got[a:], ref, rtol=1e-5, atol=1e-5)
