@@ -52,8 +52,8 @@ DECODE_KINDS = ("generate", "extract", "summarize")
 # Spark SQL type of each kind; an extract call's is the struct of its schema (Call.result_type)
 RESULT_TYPES = {"if": "boolean", "score": "double", "classify": "string", "generate": "string",
                 "extract": "struct", "summarize": "string"}
-# The AI functions of SQL, the one table every path reads (the Spark extension's mirror:
-# quail_spark/java/io/quailspark/AiCalls.java): public name -> kind (ai_filter is an alias of
+# The AI functions of SQL, the one table every path reads (the Spark extension reads it from the jar's
+# contract: quail_spark/extension.py, Contract.java): public name -> kind (ai_filter is an alias of
 # ai_if), and the internal functions the optimizer rules make.
 FUNCTIONS = {"ai_if": "if", "ai_filter": "if", "ai_score": "score", "ai_classify": "classify",
              "ai_generate": "generate", "ai_extract": "extract", "ai_summarize": "summarize"}

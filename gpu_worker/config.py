@@ -51,6 +51,12 @@ def set_env_unless_set(name: str, value: str, *alternatives: str) -> None:
         os.environ[name] = value
 
 
+def linear_params(layers: int, hidden: int, heads: int, kv_heads: int, head_dim: int, ffn: int) -> int:
+    """Linear parameters outside embeddings and the LM head (q, k, v, o and gate / up / down) of a dense decoder
+    with grouped-query attention and a gated MLP: N_lin of DESIGN.md's speed of light."""
+    return layers * (hidden * head_dim * 2 * (heads + kv_heads) + 3 * hidden * ffn)
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """Shape of a dense decoder (Llama or Qwen3 family)."""
@@ -75,10 +81,8 @@ class ModelConfig:
     @property
     def linear_params(self) -> int:
         """Non-embedding linear parameters (N_lin of the speed-of-light model)."""
-        d, hd = self.hidden_size, self.head_dim
-        attn = d * hd * (self.num_heads * 2 + self.num_kv_heads * 2)
-        mlp = 3 * d * self.intermediate_size
-        return self.num_layers * (attn + mlp)
+        return linear_params(self.num_layers, self.hidden_size, self.num_heads, self.num_kv_heads, self.head_dim,
+                             self.intermediate_size)
 
     def hf_config(self) -> dict:
         """The config.json a Hugging Face checkpoint of this shape would carry."""

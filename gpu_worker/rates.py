@@ -59,8 +59,7 @@ def measure(engine, cache: Path, key: str) -> dict:
     if hit is not None:
         return hit
     m = engine.model_config
-    n_lin = m.num_layers * (2 * m.hidden_size * m.num_heads * m.head_dim
-                            + 2 * m.hidden_size * m.num_kv_heads * m.head_dim + 3 * m.hidden_size * m.intermediate_size)
+    n_lin = m.linear_params
     attn = 4 * m.num_layers * m.num_heads * m.head_dim
     engine.filter([_text(8, 99)], ["Is it?"])  # warm-up: first-call set-up is not throughput
     rows = []  # (fresh tokens, attended pairs, seconds) of a call

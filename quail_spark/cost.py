@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpu_worker.config import MODEL_SHAPES, RANDOM_SHAPES
+from gpu_worker.config import MODEL_SHAPES, RANDOM_SHAPES, linear_params
 
 CONF = "spark.quail.model."
 
@@ -37,9 +37,7 @@ class ModelShape:
     @property
     def n_lin(self) -> int:
         """Linear parameters outside embeddings and LM head: q, k, v, o and gate/up/down."""
-        q_o = 2 * self.hidden * self.n_q_heads * self.head_dim
-        k_v = 2 * self.hidden * self.n_kv_heads * self.head_dim
-        return self.n_layers * (q_o + k_v + 3 * self.hidden * self.ffn)
+        return linear_params(self.n_layers, self.hidden, self.n_q_heads, self.n_kv_heads, self.head_dim, self.ffn)
 
 
 def _shape(name: str, m) -> ModelShape:

@@ -33,9 +33,10 @@ import contextlib
 import io
 import json
 
+from gpu_worker import ai_calls
 from gpu_worker.ai_calls import EXTRACT_UDF
 
-INTERNAL = ("quail_chain(", "quail_join(", "quail_join_score(", "quail_eval(", "quail_match(", "quail_match_score(")
+INTERNAL = tuple(f"{name}(" for name in ai_calls.INTERNAL)  # a call's name as the plan prints it
 
 
 def plan_text(df, mode: str = "cost") -> str:
@@ -96,20 +97,14 @@ def explain_plan(text: str, calls=(), model: str = "") -> str:
     evals = [s for k, s in planned if k == "eval" and "cost" in s]
     matches = [s for k, s in planned if k in ("match", "match_score")]
     total = {"requested": 0.0, "fresh": 0.0, "seconds": 0.0}
-    if chains:
-        out.append("== AI filter order (as the plan evaluates; rank = SoL s per row / (1 - selectivity)) ==")
-        for spec in chains:
-            out += _chain(spec)
-            _add(total, spec["cost"])
-    if joins:
-        out.append("== AI join anchors (the document whose KV is computed once) ==")
-        for spec in joins:
-            out += _join(spec)
-            _add(total, spec["cost"])
-    if evals:
-        out.append("== AI calls evaluated together (one document's KV computed once per row) ==")
-        for spec in evals:
-            out += _eval(spec)
+    for specs, heading, lines in (
+            (chains, "AI filter order (as the plan evaluates; rank = SoL s per row / (1 - selectivity))", _chain),
+            (joins, "AI join anchors (the document whose KV is computed once)", _join),
+            (evals, "AI calls evaluated together (one document's KV computed once per row)", _eval)):
+        if specs:
+            out.append(f"== {heading} ==")
+        for spec in specs:
+            out += lines(spec)
             _add(total, spec["cost"])
     if matches:
         out.append("== AI calls on each row's partners (outer / semi / anti joins, correlated subqueries: every "

@@ -53,6 +53,10 @@ def test_the_jar_carries_the_contract_the_python_side_makes():
 def test_python_writes_the_function_table_and_the_model_shapes_once():
     tables = [p.relative_to(REPO).as_posix() for p in PRODUCT if re.search(r"""["']ai_filter["']\s*:""", p.read_text())]
     assert tables == ["gpu_worker/ai_calls.py"], tables
+    # the internal UDFs' names listed (a tuple or list of them): once
+    lists = [p.relative_to(REPO).as_posix() for p in PRODUCT
+             if re.search(r"""[(\[]\s*["']quail_\w+\(?["']\s*,\s*["']quail_""", p.read_text())]
+    assert lists == ["gpu_worker/ai_calls.py"], lists
     shapes = [p.relative_to(REPO).as_posix() for p in PRODUCT
               if re.search(r"hidden_size=576|\b576\s*,\s*9\s*,|\b2560\s*,\s*32\s*,", p.read_text())]
     assert shapes == ["gpu_worker/config.py"], shapes
