@@ -81,6 +81,19 @@ def test_explain_analyze_prints_each_operator_beside_its_actual(qs):
     assert f"20 / {actual['rows_in']}" in line and f"/ {actual['requested_tokens']:,}" in line
 
 
+def test_an_estimate_made_before_the_run_names_the_operators_the_run_reports(qs, tmp_path):
+    """On a source no plan has sampled yet, the estimate's plan scans the sample and the run's plan reads it
+    cached (another rows_source text): the operator ids still line up."""
+    qs.spark.read.parquet(qs.spark.table("est_notes").inputFiles()[0]).coalesce(1).write.parquet(str(tmp_path / "n"))
+    qs.spark.read.parquet(str(tmp_path / "n")).createOrReplaceTempView("est_fresh")
+    q = qs.sql(FILTER.replace("est_notes", "est_fresh"))
+    (op,) = q.estimate()["operators"]
+    q.collect(progress=False)
+    assert q.report["ops"][op["op"]]["rows_in"] == 20
+    # the estimate's plan was the first on this source (a scan); later plans read the cached sample
+    assert _spec(qs.spark, FILTER.replace("est_notes", "est_fresh"), "chain")["rows_source"].endswith("cached")
+
+
 def test_a_query_over_its_budget_is_refused_before_any_ai_work(qs):
     import quail_spark
 
