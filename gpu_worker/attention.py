@@ -147,8 +147,8 @@ def split_attention_torch(q, k, v, k_cache, v_cache, meta: AttnMeta, merge_fn=me
                                                              enable_gqa=q.shape[1] != k.shape[1])
         out[rows] = o[:, :, 0]
     for g in meta.groups:
-        if g.ctx_slots is not None and g.tok_hi - g.tok_lo == g.seq_hi - g.seq_lo:
-            continue  # one token a sequence: attended above
+        if _one_token(g):
+            continue  # attended above
         lens = [cu[i + 1] - cu[i] for i in range(g.seq_lo, g.seq_hi)]
         L = max(lens)
         C = 0 if g.ctx_slots is None else g.ctx_slots.numel()
@@ -185,16 +185,20 @@ def split_attention_torch(q, k, v, k_cache, v_cache, meta: AttnMeta, merge_fn=me
 ONE_TOKEN_WASTE = 2.0  # a batch of one-token rows pads no context to more than this many times its length
 
 
+def _one_token(g: Group) -> bool:
+    """Whether the group's sequences are one token each after a cached context (a decode step's)."""
+    return g.ctx_slots is not None and g.tok_hi - g.tok_lo == g.seq_hi - g.seq_lo
+
+
 def _one_token_batches(groups: list[Group], device) -> list[tuple]:
     """The rows that are one token after a cached context (a decode step's sequences), in batches of
     contexts of similar length: (rows int64 [B], context slots int64 [B, C] right-padded, mask bool
     [B, 1, 1, C + 1] of the keys each row sees: its context, then its own token last). One fused call
     per batch instead of one or two per sequence."""
     rows, ctxs = [], []
-    for g in groups:
-        if g.ctx_slots is not None and g.tok_hi - g.tok_lo == g.seq_hi - g.seq_lo:
-            rows += range(g.tok_lo, g.tok_hi)
-            ctxs += [g.ctx_slots] * (g.tok_hi - g.tok_lo)
+    for g in filter(_one_token, groups):
+        rows += range(g.tok_lo, g.tok_hi)
+        ctxs += [g.ctx_slots] * (g.tok_hi - g.tok_lo)
     order = sorted(range(len(rows)), key=lambda i: ctxs[i].numel())
     out, i = [], 0
     while i < len(order):
