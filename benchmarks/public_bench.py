@@ -122,6 +122,12 @@ def with_sol(eng, st, rate, n_prompts):
     n_head = len(eng.renderer.answers.head_ids)
     sol, _ = sol_seconds(eng.model_config, st["fresh_tokens"], st["attended_pairs"], n_prompts, n_head, rate)
     st["sol_s"], st["pct_sol"] = sol, 100 * sol / st["wall_s"]
+    if eng.rates:  # the planner's seconds for these tokens (AiCost.java's formula) at the rates measured on load
+        m = eng.model_config
+        st["planned_s"] = ((2 * m.linear_params * st["fresh_tokens"] + 2 * m.hidden_size * n_head * n_prompts)
+                           / eng.rates["rate"]
+                           + 4 * m.num_layers * m.num_heads * m.head_dim * st["attended_pairs"] / eng.rates["attn_rate"])
+        st["planned_over_wall"] = st["planned_s"] / st["wall_s"]
     return st
 
 
@@ -344,6 +350,7 @@ def main(argv=None):
     ap.add_argument("--hf-sample", type=int, default=256, help="prompts timed in transformers per workload (0: none)")
     ap.add_argument("--hf-tokens", type=int, default=200_000)
     ap.add_argument("--bio2-ids-anchors", type=int, default=100)
+    ap.add_argument("--bio2-anchors", type=int, default=None, help="anchors of BIO2 (default 500)")
     ap.add_argument("--quantize", default=None, choices=[None, "fp8"], help="EngineConfig.quantize of the engine")
     ap.add_argument("--margins", default=None, help="folder of a bf16 run's margins: saved by a run without "
                     "--quantize, compared (sign agreement, max diff) by a --quantize fp8 run of the same sections")
@@ -370,6 +377,7 @@ def main(argv=None):
                                   logging.FileHandler(Path(args.out) / (Path(args.name).stem + ".log"))])
     dev = torch.device(args.device)
     sz = SMOKE if args.smoke else FULL
+    sz = {**sz, "bio2_anchors": args.bio2_anchors} if args.bio2_anchors else sz
     res = {"commit": args.commit, "command": " ".join(sys.argv), "torch": torch.__version__,
            "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu", "model": args.model,
            "quantize": args.quantize, "ctx_config": dict(cuda_ops.CTX_CONFIG),
@@ -379,7 +387,8 @@ def main(argv=None):
     t0 = time.perf_counter()
     eng = Engine(EngineConfig(model=args.model, device=args.device, tokenizer=args.tokenizer,
                               quantize=args.quantize))  # defaults but quantize
-    res.update(load_s=time.perf_counter() - t0, kv_slots=eng.rt.kv_slots, token_budget=eng.rt.token_budget,
+    res.update(load_s=time.perf_counter() - t0, rates=eng.rates, kv_slots=eng.rt.kv_slots,
+               token_budget=eng.rt.token_budget,
                ctx_budget=eng.rt.ctx_budget, ops=eng.rt.ops.name,
                static_gib=torch.cuda.memory_allocated(dev) / 2**30 if dev.type == "cuda" else None)
     count_pairs(eng)

@@ -131,8 +131,10 @@ class Engine:
                                functools.partial(_decode_text, self.tokenizer), self.grammars, self.rt.max_position,
                                shared=cfg.shared_decode, graphs=cfg.cuda_graphs)
         self.reset_stats()
-        if cfg.measure_rate:  # once per (model, device, dtype): the planner's rates (the stats reset below)
-            rates.measure(self, weights.cache_root(cfg.cache_dir), rates.weights_key(cfg.model, src.folder))
+        self.rates = None  # the planner's rates of this (model, device, dtype) (gpu_worker/rates.py)
+        if cfg.measure_rate:  # once per (model, device, dtype), then cached (the stats reset below)
+            key = rates.weights_key(cfg.model, src.folder)
+            self.rates = rates.measure(self, weights.cache_root(cfg.cache_dir), key)
         self.reset_stats()
         self.load_s = time.time() - t0
 

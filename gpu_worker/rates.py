@@ -9,8 +9,11 @@ of the two times is the attention term, the rest the linear one. The figures go 
 ``<cache>/rates/<weights>.json`` beside the converted weights (``weights.cache_root``),
 keyed ``<device type>/<dtype>``; the driver reads them there (:func:`cached`).
 
-On SmolLM2-135M with two CPU cores the measurement takes a few tenths of a second;
-``EngineConfig(measure_rate=False)`` skips it.
+On a CPU the calls are small (SmolLM2-135M on two cores: a few tenths of a second); on a GPU
+they are the size of a full pass of the engine's work (64k fresh tokens at 512 and 4,096 tokens
+a prompt), each shape run once untimed first (kernels compile), so the rate is the rate of real
+work, not of a launch (Qwen3-4B on one H100: about 5 s once). ``EngineConfig(measure_rate=False)``
+skips it.
 """
 from __future__ import annotations
 
@@ -21,7 +24,8 @@ from pathlib import Path
 
 from .config import CACHE_ENV, env
 
-SHORT, LONG, FRESH = 32, 128, 256  # prompt lengths in tokens; fresh tokens per timed call
+# (short prompt, long prompt, fresh tokens per timed call) in tokens, per device type
+SIZES = {"cpu": (32, 128, 256), "cuda": (512, 4096, 65536)}
 WORDS = ("amber", "basil", "cedar", "delta", "ember", "fjord", "gravel", "harbor", "island", "juniper",
          "kettle", "lantern", "meadow", "nickel", "orchard", "pepper", "quarry", "river", "saddle", "timber")
 
@@ -61,13 +65,18 @@ def measure(engine, cache: Path, key: str) -> dict:
     m = engine.model_config
     n_lin = m.linear_params
     attn = 4 * m.num_layers * m.num_heads * m.head_dim
+    short, long, fresh = SIZES.get(device_type, SIZES["cuda"])
     engine.filter([_text(8, 99)], ["Is it?"])  # warm-up: first-call set-up is not throughput
     rows = []  # (fresh tokens, attended pairs, seconds) of a call
-    for length in (SHORT, LONG):
-        docs = [_text(length, k + length) for k in range(FRESH // length)]
+    for length in (short, long):
+        if device_type != "cpu":  # the shape once untimed: kernels compile for it (other texts: no cache hit)
+            engine.filter([_text(length, 10_000 + k + length) for k in range(fresh // length)], ["Is it?"])
+        docs = [_text(length, k + length) for k in range(fresh // length)]
         lengths = [len(engine.render_filter(d, "Is it?")) for d in docs]
+        _sync(engine)
         t0 = time.perf_counter()
         engine.filter(docs, ["Is it?"])
+        _sync(engine)
         rows.append((sum(lengths), sum(n * (n + 1) / 2 for n in lengths), time.perf_counter() - t0))
     # t = fresh * a + pairs * b: two calls, two unknowns (b >= 0; noise can hide a small attention term)
     (f1, p1, t1), (f2, p2, t2) = rows
@@ -76,10 +85,17 @@ def measure(engine, cache: Path, key: str) -> dict:
     a = max((t1 - b * p1) / f1, 1e-12)
     rate = 2 * n_lin / a
     fig = {"rate": rate, "attn_rate": attn / b if b > 0 else rate,
-           "tokens_per_s": [round(f / t) for f, _, t in rows], "prompt_tokens": [SHORT, LONG],
+           "tokens_per_s": [round(f / t) for f, _, t in rows], "prompt_tokens": [short, long],
            "threads": _threads(), "measured_s": round(sum(t for _, _, t in rows), 3)}
     _store(cache, key, slot(device_type, dtype), fig)
     return fig
+
+
+def _sync(engine) -> None:
+    if engine.rt.device.type == "cuda":
+        import torch
+
+        torch.cuda.synchronize(engine.rt.device)
 
 
 def _text(tokens: int, seed: int) -> str:

@@ -7,9 +7,9 @@
   document column's sampled bytes into tokens in the Java rules (``AiSample.java``).
   Only the tokenizer loads, once: the figures are cached in
   ``<cache>/planner/<model>.json`` (``gpu_worker.weights.cache_root``).
-- The rates (``rate``, ``attn_rate``): what the engine measured on its first load
-  (``gpu_worker/rates.py``, cached beside the weights); on a GPU the yardstick stays the
-  H200's measured bf16 rate (``cost.RATES``); without a measurement, the preset.
+- The rates (``rate``, ``attn_rate``): what the engine measured on its first load on that
+  device type (``gpu_worker/rates.py``, cached beside the weights); without a measurement, the
+  preset (``cost.RATES``: on a GPU the H200's measured bf16 matmul rate, the benchmarks' yardstick).
 """
 from __future__ import annotations
 

@@ -72,8 +72,9 @@ def model_shape(model: str) -> ModelShape:
 
 
 def session_conf(model: str, device: str, engine: dict | None = None) -> dict:
-    """``spark.quail.model.*`` settings of ``model`` on ``device`` ('cpu', else a GPU priced as the H200):
-    its shape, the rates (on a CPU the engine's measured ones where it measured them, gpu_worker/rates.py)
+    """``spark.quail.model.*`` settings of ``model`` on ``device`` ('cpu', else a GPU): its shape, the rates
+    (the engine's measured ones where it measured them, gpu_worker/rates.py; else the preset: a GPU priced
+    as the H200)
     and its prompt frame counted by its tokenizer (:mod:`quail_spark.calibration`; ``engine``: the
     EngineConfig fields, for ``cache_dir``, ``tokenizer`` and ``dtype``).
 
@@ -98,7 +99,7 @@ def preset_conf(model: str, device: str) -> dict:
 
 
 def _measured(model: str, device: str, engine: dict) -> dict:
-    """The frame and (on a CPU) the rates measured for ``model``; {} where the tokenizer cannot load."""
+    """The frame and the rates measured for ``model`` on ``device``'s type; {} where the tokenizer cannot load."""
     from quail_spark import calibration
 
     try:
@@ -108,6 +109,6 @@ def _measured(model: str, device: str, engine: dict) -> dict:
     out = {k: f"{v:g}" for k, v in facts.items()
            if k.startswith("frame_") or k in ("bytes_per_token", "tokens_per_piece")}
     rates = calibration.measured_rates(facts, device, engine.get("dtype"), engine.get("cache_dir"))
-    if rates is not None and device == "cpu":
+    if rates is not None:
         out.update(rate=f"{rates['rate']:g}", attn_rate=f"{rates['attn_rate']:g}", rate_source="measured")
     return out

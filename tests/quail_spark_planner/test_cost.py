@@ -49,6 +49,22 @@ def test_install_puts_the_engine_shape_into_the_session_conf():
     assert C.session_conf("qwen3-4b-random", "cuda")["spark.quail.model.rate"] == "7.89e+14"
 
 
+def test_a_rate_the_engine_measured_on_a_gpu_prices_that_gpu(tmp_path):
+    """gpu_worker/rates.py's figures of the model on a GPU (here written by hand into a fresh cache) replace
+    the preset for that device type and dtype; another device type keeps its preset."""
+    from gpu_worker import rates
+
+    from quail_spark import calibration
+
+    key = calibration.frame("tiny-llama-random", str(tmp_path))["weights_key"]
+    rates._store(tmp_path, key, rates.slot("cuda", "torch.bfloat16"), {"rate": 3.5e14, "attn_rate": 2.5e14})
+    gpu = C.session_conf("tiny-llama-random", "cuda", {"cache_dir": str(tmp_path)})
+    assert (gpu[C.CONF + "rate"], gpu[C.CONF + "attn_rate"], gpu[C.CONF + "rate_source"]) == ("3.5e+14", "2.5e+14",
+                                                                                              "measured")
+    cpu = C.session_conf("tiny-llama-random", "cpu", {"cache_dir": str(tmp_path)})
+    assert (cpu[C.CONF + "rate"], cpu[C.CONF + "rate_source"]) == ("1e+11", "preset")
+
+
 def test_qwen3_4b_h200_300_token_prompts_run_at_107k_tokens_per_second():
     s, rate = C.MODELS["qwen3-4b"], C.RATES["h200"]
     f = 2 * s.n_lin * 300 + 4 * s.n_layers * s.n_q_heads * s.head_dim * 300 * 301 / 2 + 2 * s.hidden * 2
