@@ -13,7 +13,7 @@ from .check import check, shrink
 from .grammar import Gen
 from .known import KNOWN
 
-SEEDS, QUERIES = (0, 1), 5
+SEEDS, QUERIES = (0, 1), 3
 REQUIRED = {  # the grammar's shapes a run of the fixed seeds' grammar (not executed) must produce
     "logic_not@where", "logic_or@where", "logic_case@where", "tmpl_col@on:outer", "tmpl_col@sub",
     "anchor_alias@on:inner", "anchor_col@on:outer", "ai_join@on:inner", "ai_join@on:outer", "ai_join@on:semi",

@@ -41,15 +41,17 @@ def pair(request, smol_engine):
 
 def test_margins_match_transformers_on_mixed_prompts(pair):
     eng, hf = pair
-    f = eng.filter(DOCS, QUESTIONS)  # 80 prompts
-    c = eng.chain(DOCS, CHAIN, short_circuit=False)  # 60 prompts
-    jn = eng.join(ANCHORS, PARTNERS, JOIN_Q)  # 60 prompts
+    # the random models on 200 prompts; SmolLM2 (30x the compute a token) on half of them
+    docs, anchors = (DOCS[:10], ANCHORS[:3]) if eng.model_config.num_layers > 8 else (DOCS, ANCHORS)
+    f = eng.filter(docs, QUESTIONS)  # 80 prompts (40)
+    c = eng.chain(docs, CHAIN, short_circuit=False)  # 60 prompts (30)
+    jn = eng.join(anchors, PARTNERS, JOIN_Q)  # 60 prompts (30)
     got = np.concatenate([f.ravel(), c.ravel(), jn.ravel()])
-    prompts = ([eng.render_filter(d, q) for d in DOCS for q in QUESTIONS]
-               + [eng.render_filter(d, q) for d in DOCS for q in CHAIN]
-               + [eng.render_join(a, p, JOIN_Q) for a in ANCHORS for p in PARTNERS])
+    prompts = ([eng.render_filter(d, q) for d in docs for q in QUESTIONS]
+               + [eng.render_filter(d, q) for d in docs for q in CHAIN]
+               + [eng.render_join(a, p, JOIN_Q) for a in anchors for p in PARTNERS])
     want = np.array(hf_margins(hf, eng, prompts))  # transformers, one prompt per row of a padded batch
-    assert len(got) >= 200 and not np.isnan(got).any()
+    assert len(got) >= 100 and not np.isnan(got).any()
     assert np.abs(got - want).max() <= 1e-3, np.abs(got - want).max()
     # the check is not vacuous: margins differ between prompts
     assert want.std() > 0.05

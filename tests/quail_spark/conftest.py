@@ -2,8 +2,11 @@
 tiny tables, a QuailSession, and a driver-side reference engine (see spark_fixtures.py)."""
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -34,3 +37,34 @@ def naive():
     from gpu_worker import Engine, EngineConfig
 
     return Naive(Engine(EngineConfig(model="smollm2-135m", device="cpu", prefix_cache=False)))
+
+
+@pytest.fixture(scope="session")
+def connect_results():
+    """A Spark Connect session in a subprocess (connect_queries.py: one server for test_connect.py's and
+    test_arrow_mapper.py's queries), started on first use; calling the fixture's value waits for its
+    JSON line: {"connect": ..., "mapper": ...} (a test is skipped there where pyspark[connect] is not installed)."""
+    import connect_queries
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]),
+           "SPARK_TESTING": "1"}  # an ephemeral gRPC port: no clash with another local server
+    proc = subprocess.Popen([sys.executable, connect_queries.__file__], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    done: dict = {}
+
+    def result() -> dict:
+        pytest.importorskip("grpc", reason="Spark Connect needs the pyspark[connect] extra (grpcio ...)")
+        if not done:
+            try:
+                done["out"], done["err"] = proc.communicate(timeout=400)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+        assert proc.returncode == 0, done["err"][-3000:]
+        return json.loads(done["out"].strip().splitlines()[-1])
+
+    yield result
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()

@@ -1,8 +1,10 @@
 """Run the same queries under Spark Connect (pyspark's bundled local server) and print their rows.
 
-Used by test_connect.py in a subprocess (a classic and a Connect session do not share a
-process easily); also runnable alone: ``python tests/quail_spark/connect_queries.py``.
-Prints one JSON line (the decode calls among the queries): {"rows": {name: [[...], ...]}, "report": {...}, "explain": bool,
+Run in a subprocess by the ``connect_results`` fixture (conftest.py; a classic and a Connect session
+do not share a process easily), for test_connect.py and test_arrow_mapper.py at once: one Connect
+server for both. Also runnable alone: ``python tests/quail_spark/connect_queries.py``.
+Prints one JSON line: {"connect": this file's :func:`run`, "mapper": mapper_queries.run}; :func:`run`
+gives {"rows": {name: [[...], ...]} (the decode calls among the queries), "report": {...}, "explain": bool,
 "rewritten": bool (the AI join of the plan is the rules' quail_join)}.
 """
 from __future__ import annotations
@@ -67,8 +69,17 @@ def connect_session():
     return spark
 
 
-def main(run=run) -> None:
+def run_all(spark) -> dict:
+    """The rows of this file's queries and of mapper_queries.py's, in one session."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import mapper_queries
+
+    return {"connect": run(spark), "mapper": mapper_queries.run(spark)}
+
+
+def main(run=run_all) -> None:
     """Print ``run(spark)`` of a Connect session as one JSON line."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     spark = connect_session()
     try:
         print(json.dumps(run(spark)))

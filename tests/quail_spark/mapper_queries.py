@@ -1,7 +1,8 @@
 """ArrowMapper, with_ai_columns and spark.sql over one table, in a classic or a Spark Connect session.
 
-Used by test_arrow_mapper.py in this process (classic) and in a subprocess (``builder.remote``);
-also runnable alone: ``python tests/quail_spark/mapper_queries.py`` prints one JSON line.
+Used by test_arrow_mapper.py in this process (classic) and in the Connect subprocess of
+connect_queries.py (``builder.remote``); also runnable alone: ``python tests/quail_spark/mapper_queries.py``
+prints one JSON line.
 """
 from __future__ import annotations
 

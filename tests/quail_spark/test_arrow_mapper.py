@@ -3,24 +3,18 @@ NULL, blank, over-long and undecodable rows (the last two get _ai_error, their n
 on local[2] and under Spark Connect; counters in quail_spark.metrics; the SQL functions' engines."""
 from __future__ import annotations
 
-import json
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 import mapper_queries as mq  # noqa: E402  (beside this file, like spark_fixtures)
 
-ROOT = Path(__file__).resolve().parents[2]
 NAMES = list(mq.COLUMNS)
 
 
 @pytest.fixture(scope="module")
-def classic(spark):
-    return mq.run(spark)
+def classic(spark, connect_results):
+    return mq.run(spark)  # (the Connect session's subprocess runs meanwhile)
 
 
 def check(got: dict) -> None:
@@ -54,13 +48,8 @@ def test_values_equal_spark_sql_and_bad_rows_get_ai_error(classic):
     check(classic)
 
 
-def test_under_spark_connect_as_in_the_classic_session(classic):
-    pytest.importorskip("grpc", reason="Spark Connect needs the pyspark[connect] extra (grpcio ...)")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-           "SPARK_TESTING": "1"}  # an ephemeral gRPC port: no clash with another local server
-    done = subprocess.run([sys.executable, mq.__file__], env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    got = json.loads(done.stdout.strip().splitlines()[-1])
+def test_under_spark_connect_as_in_the_classic_session(classic, connect_results):
+    got = connect_results()["mapper"]  # (conftest.py: one Connect session for this file and test_connect.py)
     check(got)
     assert got["mapped"] == classic["mapped"]
 

@@ -108,6 +108,7 @@ SHAPES = [
      "ai_if(concat('Does {0} mention ', t.term, '?'), n.body) AND t.tid < 5", None),
 ]
 QUERIES += SHAPES
+SMOLLM2_QUERIES = [q for q in QUERIES if q not in SHAPES and q[1] != THREE_WAY]
 
 
 @pytest.fixture(scope="module")
@@ -141,8 +142,10 @@ def test_at_least_twenty_queries_cover_the_sql_features():
             "not_exists_ai_join", "in_ai_join"} <= names
 
 
-@pytest.mark.parametrize("name, sql, spelled", QUERIES, ids=[q[0] for q in QUERIES])
+@pytest.mark.parametrize("name, sql, spelled", SMOLLM2_QUERIES, ids=[q[0] for q in SMOLLM2_QUERIES])
 def test_same_rows_on_every_path(spark, qs, null_key_tables, name, sql, spelled):
+    """SmolLM2 on the queries the random model below does not run (it runs SHAPES and the three-way join,
+    where its answers of both signs tell the paths apart better than SmolLM2's "no" to nearly everything)."""
     on = rows_with_rules(spark, sql, True)
     off = rows_with_rules(spark, sql, False)
     ours = multiset(qs.sql(spelled or sql).collect())
