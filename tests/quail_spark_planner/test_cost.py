@@ -49,14 +49,16 @@ def test_install_puts_the_engine_shape_into_the_session_conf():
     assert C.session_conf("qwen3-4b-random", "cuda")["spark.quail.model.rate"] == "7.89e+14"
 
 
-def test_a_rate_the_engine_measured_on_a_gpu_prices_that_gpu(tmp_path):
+def test_a_rate_the_engine_measured_on_a_gpu_prices_that_gpu(tmp_path, monkeypatch):
     """gpu_worker/rates.py's figures of the model on a GPU (here written by hand into a fresh cache) replace
     the preset for that device type and dtype; another device type keeps its preset."""
     from gpu_worker import rates
 
     from quail_spark import calibration
 
-    key = calibration.frame("tiny-llama-random", str(tmp_path))["weights_key"]
+    facts = calibration.frame("tiny-llama-random")  # the prompt frame from the usual cache (no conversion here)
+    monkeypatch.setattr(calibration, "frame", lambda *a, **k: facts)
+    key = facts["weights_key"]
     rates._store(tmp_path, key, rates.slot("cuda", "torch.bfloat16"), {"rate": 3.5e14, "attn_rate": 2.5e14})
     gpu = C.session_conf("tiny-llama-random", "cuda", {"cache_dir": str(tmp_path)})
     assert (gpu[C.CONF + "rate"], gpu[C.CONF + "attn_rate"], gpu[C.CONF + "rate_source"]) == ("3.5e+14", "2.5e+14",
