@@ -66,6 +66,8 @@ def measure(engine, cache: Path, key: str) -> dict:
     n_lin = m.linear_params
     attn = 4 * m.num_layers * m.num_heads * m.head_dim
     short, long, fresh = SIZES.get(device_type, SIZES["cuda"])
+    long = min(long, engine.rt.max_position // 2)  # a prompt, frame included, within the model's context
+    short = min(short, long // 4)
     engine.filter([_text(8, 99)], ["Is it?"])  # warm-up: first-call set-up is not throughput
     rows = []  # (fresh tokens, attended pairs, seconds) of a call
     for length in (short, long):
