@@ -128,10 +128,13 @@ final class AiCost {
         return new Cost(n * (cached + fresh), n * fresh, n * seconds);
     }
 
-    /** One row of a filter (score, classify): the document computed, or already cached in its chain. */
+    /**
+     * One row of a filter (score, classify): the document computed, or already cached in its chain. The
+     * frame before the document is every row's: the engine computes it once, so a row reads it from cache.
+     */
     Cost filter(double docTokens, double questionTokens, boolean docCached) {
         double doc = head + docTokens, question = ask + questionTokens;
-        return docCached ? prompts(1, doc, question, ANSWER_IDS) : prompts(1, 0, doc + question, ANSWER_IDS);
+        return docCached ? prompts(1, doc, question, ANSWER_IDS) : prompts(1, head, docTokens + question, ANSWER_IDS);
     }
 
     /**
@@ -150,10 +153,13 @@ final class AiCost {
         return new Cost(prompt.requested + output, prompt.fresh + output, prompt.seconds + steps.seconds);
     }
 
-    /** An AI join over anchors x partners: anchor and question once per anchor, partner and cue per pair. */
+    /**
+     * An AI join over anchors x partners: anchor and question once per anchor (after the frame, computed
+     * once for all), partner and cue per pair.
+     */
     Cost join(double anchors, double anchorTokens, double partners, double partnerTokens, double questionTokens) {
         double prefix = head + anchorTokens + joinMid + questionTokens;
-        Cost once = prompts(anchors, 0, prefix, 0);
+        Cost once = prompts(anchors, head, prefix - head, 0);
         Cost perPair = prompts(anchors * partners, prefix, joinTail + partnerTokens, ANSWER_IDS);
         return new Cost(perPair.requested, once.fresh + perPair.fresh, once.seconds + perPair.seconds);
     }
