@@ -147,10 +147,13 @@ def run_workload(eng, name, vocab, sizes, dev):
     return run, st, eng.attended_pairs, peak
 
 
-def sol_seconds(mcfg, fresh, pairs, n_prompts, n_head, rate_tflops):
-    flops = (2 * mcfg.linear_params * fresh + 4 * mcfg.num_layers * mcfg.num_heads * mcfg.head_dim * pairs
-             + 2 * mcfg.hidden_size * n_head * n_prompts)
-    return flops / (rate_tflops * 1e12), flops
+def sol_seconds(mcfg, fresh, pairs, n_prompts, n_head, rate_tflops, attn_tflops=None):
+    """Seconds and FLOPs of the tokens at ``rate_tflops``; the attention's FLOPs at ``attn_tflops`` where given
+    (the planner's formula, AiCost.java, at the engine's measured rates)."""
+    linear = 2 * mcfg.linear_params * fresh + 2 * mcfg.hidden_size * n_head * n_prompts
+    attention = 4 * mcfg.num_layers * mcfg.num_heads * mcfg.head_dim * pairs
+    seconds = linear / (rate_tflops * 1e12) + attention / ((attn_tflops or rate_tflops) * 1e12)
+    return seconds, linear + attention
 
 
 def summarize(name, prompts, run, st, pairs, peak, eng, rate, hf, sizes_note):

@@ -122,11 +122,9 @@ def with_sol(eng, st, rate, n_prompts):
     n_head = len(eng.renderer.answers.head_ids)
     sol, _ = sol_seconds(eng.model_config, st["fresh_tokens"], st["attended_pairs"], n_prompts, n_head, rate)
     st["sol_s"], st["pct_sol"] = sol, 100 * sol / st["wall_s"]
-    if eng.rates:  # the planner's seconds for these tokens (AiCost.java's formula) at the rates measured on load
-        m = eng.model_config
-        st["planned_s"] = ((2 * m.linear_params * st["fresh_tokens"] + 2 * m.hidden_size * n_head * n_prompts)
-                           / eng.rates["rate"]
-                           + 4 * m.num_layers * m.num_heads * m.head_dim * st["attended_pairs"] / eng.rates["attn_rate"])
+    if eng.rates:  # the planner's seconds for these tokens at the rates measured on load
+        st["planned_s"], _ = sol_seconds(eng.model_config, st["fresh_tokens"], st["attended_pairs"], n_prompts,
+                                         n_head, eng.rates["rate"] / 1e12, eng.rates["attn_rate"] / 1e12)
         st["planned_over_wall"] = st["planned_s"] / st["wall_s"]
     return st
 
