@@ -34,17 +34,17 @@ def warm_up(eng, vocab):
         if cfg:
             _set(ops, cfg)
         for part in (reqs[:8], reqs):  # without, then with contexts
-            eng._new_tree()
-            eng._run(part)
-            eng._run(part[-40:])  # the same prompts again: only their last token is fresh
+            eng.clear_cache()
+            eng.answer_logits(part)
+            eng.answer_logits(part[-40:])  # the same prompts again: only their last token is fresh
     if saved is not None:
         _set(ops, saved)
-    eng._new_tree()
+    eng.clear_cache()
     eng.reset_stats()
 
 
 def _timed(eng, fn, dev):
-    eng._new_tree()
+    eng.clear_cache()
     eng.reset_stats()
     _sync(dev)
     t0 = time.perf_counter()
@@ -87,31 +87,31 @@ def variants(eng, vocab, dev, smoke):
     saved = _get(ops)
 
     def chain_stage():
-        eng._run(f_reqs)
+        eng.answer_logits(f_reqs)
         _sync(dev)
         eng.reset_stats()
         t0 = time.perf_counter()
-        eng._run(c_reqs)
+        eng.answer_logits(c_reqs)
         _sync(dev)
         return time.perf_counter() - t0
 
     for cfg in CONFIGS:
         _set(ops, cfg)
         key = "self={},ctx={},fold={},repeat_kv={},short_max={}".format(*cfg)
-        out["FILTER " + key] = _timed(eng, lambda: eng._run(f_reqs), dev)
-        out["JOIN " + key] = _timed(eng, lambda: eng._run(j_reqs), dev)
-        eng._new_tree()
+        out["FILTER " + key] = _timed(eng, lambda: eng.answer_logits(f_reqs), dev)
+        out["JOIN " + key] = _timed(eng, lambda: eng.answer_logits(j_reqs), dev)
+        eng.clear_cache()
         t = chain_stage()
         out["CHAIN-stage2 " + key] = {"wall_s": round(t, 4), "fresh_tok_s": round(eng.stats["fresh_tokens"] / t)}
         log.info("variant %s: %s", key, {k.split()[0]: v for k, v in out.items() if key in k})
     _set(ops, saved)
     budget = eng.rt.token_budget
     eng.rt.token_budget = 2 * budget
-    out[f"FILTER default, budget={2 * budget}"] = _timed(eng, lambda: eng._run(f_reqs), dev)
-    out[f"JOIN default, budget={2 * budget}"] = _timed(eng, lambda: eng._run(j_reqs), dev)
+    out[f"FILTER default, budget={2 * budget}"] = _timed(eng, lambda: eng.answer_logits(f_reqs), dev)
+    out[f"JOIN default, budget={2 * budget}"] = _timed(eng, lambda: eng.answer_logits(j_reqs), dev)
     eng.rt.token_budget = budget
     log.info("budget %d: %s", 2 * budget, {k: v for k, v in out.items() if "budget" in k})
-    eng._new_tree()
+    eng.clear_cache()
     return out
 
 
@@ -127,14 +127,14 @@ def budget_curve(eng, vocab, dev, smoke, budgets=(4096, 8192, 16384, 32768, 6553
     try:
         for b in budgets:
             eng.rt.token_budget = b
-            eng._new_tree()
-            _timed(eng, lambda: eng._run(f_reqs), dev)  # first run at a new size: allocator and kernel warm-up
-            out[f"FILTER budget={b}"] = _timed(eng, lambda: eng._run(f_reqs), dev)
-            out[f"JOIN budget={b}"] = _timed(eng, lambda: eng._run(j_reqs), dev)
+            eng.clear_cache()
+            _timed(eng, lambda: eng.answer_logits(f_reqs), dev)  # first run at a new size: allocator and kernel warm-up
+            out[f"FILTER budget={b}"] = _timed(eng, lambda: eng.answer_logits(f_reqs), dev)
+            out[f"JOIN budget={b}"] = _timed(eng, lambda: eng.answer_logits(j_reqs), dev)
             log.info("budget %d: FILTER %s, JOIN %s", b, out[f"FILTER budget={b}"], out[f"JOIN budget={b}"])
     finally:
         eng.rt.token_budget = saved
-        eng._new_tree()
+        eng.clear_cache()
     return out
 
 
@@ -178,12 +178,12 @@ def timeline(eng, vocab, dev, smoke):
         read(launched, out)
         waits[0] += time.perf_counter() - h0
 
-    eng._new_tree()
+    eng.clear_cache()
     _sync(dev)
     eng.runner.run, eng.passes.read = timed_run, timed_read
     try:
         t0 = time.perf_counter()
-        eng._run(j_reqs)
+        eng.answer_logits(j_reqs)
         _sync(dev)
         wall = time.perf_counter() - t0
     finally:
@@ -202,7 +202,7 @@ def timeline(eng, vocab, dev, smoke):
     log.info("timeline JOIN: %s", {k: v for k, v in rep.items() if k != "per_pass"})
     for r in rows:
         log.info("   %s", r)
-    eng._new_tree()
+    eng.clear_cache()
     return rep
 
 
@@ -219,11 +219,11 @@ def profile(eng, vocab, dev, smoke, trace_dir=None):
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
     report = {}
     for name, reqs in (("FILTER", f_reqs), ("JOIN", j_reqs)):
-        eng._new_tree()
+        eng.clear_cache()
         _sync(dev)
         with torch_profile(activities=acts) as prof:
             t0 = time.perf_counter()
-            eng._run(reqs)
+            eng.answer_logits(reqs)
             _sync(dev)
             wall = time.perf_counter() - t0
         cats: dict[str, float] = {}
@@ -253,5 +253,5 @@ def profile(eng, vocab, dev, smoke, trace_dir=None):
         log.info("profile %s: wall %.3f s, GPU busy %.3f s, %s", name, wall, busy, report[name]["by_category_s"])
         for t, c, k in rows[:15]:
             log.info("   %8.4f s %6d  %s", t, c, k)
-    eng._new_tree()
+    eng.clear_cache()
     return report

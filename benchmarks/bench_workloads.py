@@ -91,7 +91,7 @@ class Vocab:
 def evaluate(eng, run: Run, reqs) -> np.ndarray:
     """Margins of (prefix, suffix) requests through the engine; records the requests (no copy)."""
     run.requests.extend(reqs)
-    m = eng._margins(eng._run(reqs))
+    m = eng.margins(reqs)
     run.margins.extend(m.tolist())
     return m
 
@@ -121,7 +121,7 @@ def run_chain(eng, vocab: Vocab, sz: Sizes) -> Run:
     head = parts[0][0]
     evaluated = [0] * len(parts)
     t0 = time.perf_counter()
-    for block in eng._blocks(list(range(len(docs))), docs, head):
+    for block in eng.chain_blocks(list(range(len(docs))), docs, head):
         pins = [eng.passes.pin(head + docs[i]) for i in block]
         try:
             alive = block

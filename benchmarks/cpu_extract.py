@@ -88,7 +88,7 @@ def hf_field(model, eng, docs, name: str, t, max_tokens: int) -> list:
     from gpu_worker.grammar import answer, describe
 
     head, tail = eng.renderer.extract_parts(name, describe(t), None)
-    prompts = [head + eng._ids(d) + tail for d in docs]
+    prompts = [head + eng.doc_ids(d) + tail for d in docs]
     L = max(len(p) for p in prompts)
     ids = torch.zeros(len(prompts), L, dtype=torch.long)
     mask = torch.zeros(len(prompts), L, dtype=torch.long)

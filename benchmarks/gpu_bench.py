@@ -68,10 +68,10 @@ def count_pairs(eng):
     """Instrument an engine (no change of behaviour): attended pairs and host preparation time.
 
     attended_pairs: a fresh token at position p attends p + 1 keys. host_prep_s:
-    time from entering `_run` to its first forward pass (prefix-tree inserts
+    time from entering `Passes.run` to its first forward pass (prefix-tree inserts
     and scheduler set-up, when the GPU has nothing to do).
     """
-    build, run = eng.runner.build, eng._run
+    build, run = eng.runner.build, eng.passes.run
     eng.attended_pairs, eng.host_prep_s, started = 0, 0.0, [None]
 
     def counting_build(jobs):
@@ -88,7 +88,7 @@ def count_pairs(eng):
         return run(reqs, *a, **kw)
 
     eng.runner.build = counting_build
-    eng._run = timed_run
+    eng.passes.run = timed_run
 
 
 def make_engine(args, dtype, **kw):
@@ -117,7 +117,7 @@ def accuracy(args, dev):
     """bf16 engine (CudaOps) margins vs the float32 engine (plain-torch ops) on the same weights."""
     ref = make_engine(args, "float32", use_triton=False, kv_pool_tokens=args.ref_kv_tokens)
     reqs = check_set(ref, wl.Vocab(ref.tokenizer, 7), args.smoke)
-    want = ref._margins(ref._run(reqs))
+    want = ref.margins(reqs)
     del ref
     gc.collect()
     torch.cuda.empty_cache() if dev.type == "cuda" else None
@@ -133,7 +133,7 @@ def sign_report(want, got, thr=0.1):
 
 
 def run_workload(eng, name, vocab, sizes, dev):
-    eng._new_tree()
+    eng.clear_cache()
     eng.reset_stats()
     eng.attended_pairs, eng.host_prep_s = 0, 0.0
     if dev.type == "cuda":
@@ -255,15 +255,15 @@ def main(argv=None):
                 res[key] = fn(eng, vocab, dev, args.smoke)
             except Exception:  # a failed side measurement must not cost the workloads
                 log.exception("%s failed", key)
-                eng._new_tree()
+                eng.clear_cache()
 
     if args.repeat_kv:
         eng.runner.ops.repeat_kv = True
     res["attention_config"] = {f: getattr(eng.runner.ops, f, None) for f in bench_profile.FIELDS}
     log.info("attention configuration: %s", res["attention_config"])
     if not args.skip_accuracy:  # with the configuration the workloads run
-        eng._new_tree()
-        got = eng._margins(eng._run(reqs))
+        eng.clear_cache()
+        got = eng.margins(reqs)
         res["accuracy"] = sign_report(want, got)
         log.info("bf16 vs float32: %s", res["accuracy"])
     res["workloads"] = []
@@ -277,7 +277,7 @@ def main(argv=None):
         if name == "FILTER":  # cross-implementation check of the margins on the sampled prompts
             idx = list(range(min(len(prompts), args.hf_sample)))
             logits, keys = bench_hf.run_batches(hf, head_rows, prompts, [idx], dev)
-            res["hf_vs_engine_bf16"] = sign_report(eng._margins(logits), np.asarray(run.margins)[keys])
+            res["hf_vs_engine_bf16"] = sign_report(eng.answer_margins(logits), np.asarray(run.margins)[keys])
         r = summarize(name, prompts, run, st, pairs, peak, eng, res["matmul_tflops_start"], hf_t, sizes.__dict__)
         del prompts
         res["workloads"].append(r)
@@ -291,8 +291,8 @@ def main(argv=None):
             res["fp8_weights_gib"] = (torch.cuda.memory_allocated(dev) - before) / 2**30
             log.info("fp8 weights: +%.2f GiB (bf16 weights kept beside them)", res["fp8_weights_gib"])
         if not args.skip_accuracy:
-            eng._new_tree()
-            res["accuracy_fp8"] = sign_report(want, eng._margins(eng._run(reqs)))
+            eng.clear_cache()
+            res["accuracy_fp8"] = sign_report(want, eng.margins(reqs))
             log.info("fp8 vs float32: %s", res["accuracy_fp8"])
         hf_by_name = {r["workload"]: r.get("hf") for r in res["workloads"]}
         for i, name in enumerate(fp8):

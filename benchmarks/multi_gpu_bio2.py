@@ -43,7 +43,7 @@ def worker(gpu: int, args, queue):
     eng = Engine(EngineConfig(model="qwen3-4b-random", device=f"cuda:{gpu}", tokenizer=args.tokenizer,
                               quantize=args.quantize))
     eng.join(anchors[:1], partners[:50], wl.JOIN_QUESTION)  # warm-up: kernels compile
-    eng._new_tree()
+    eng.clear_cache()
     eng.reset_stats()
     torch.cuda.synchronize(gpu)
     t0 = time.perf_counter()
@@ -52,7 +52,7 @@ def worker(gpu: int, args, queue):
     wall = time.perf_counter() - t0
     requested = eng.stats["requested_tokens"]
     others = {i: torch.cuda.memory_allocated(i) for i in range(torch.cuda.device_count()) if i != gpu}
-    eng._new_tree()  # the check: the first anchors of the share alone, from an empty cache, as cuda:0 runs them
+    eng.clear_cache()  # the check: the first anchors of the share alone, from an empty cache, as cuda:0 runs them
     check = eng.join([anchors[i] for i in mine[:args.check]], partners, wl.JOIN_QUESTION)
     queue.put({"gpu": gpu, "anchors": mine, "margins": m, "check": check, "wall_s": wall,
                "kv_slots": eng.rt.kv_slots, "requested_tokens": requested, "other_gpus_allocated": others})
@@ -103,7 +103,7 @@ def main(argv=None):
         diffs = []
         for r in parts:
             k = min(args.check, len(r["anchors"]))
-            ref._new_tree()
+            ref.clear_cache()
             want = ref.join([anchors[i] for i in r["anchors"][:k]], partners, wl.JOIN_QUESTION)
             diffs.append({"gpu": r["gpu"], "anchors_checked": k,
                           # the same call on both devices: equal margins expected

@@ -318,8 +318,8 @@ def bio2(args, eng, dev, sz, rate, res):
     k = min(args.bio2_ids_anchors, len(anchors))
     if k == 0:  # --bio2-ids-anchors 0: no ids-in subset
         return
-    a_ids = eng._tokenize(anchors[:k])
-    p_ids = eng._tokenize(partners)
+    a_ids = eng.encode(anchors[:k])
+    p_ids = eng.encode(partners)
     sub = w.texts(k, lambda: int(w.rng.integers(4500, 5501)) if not args.smoke else 300)
     m2, st2 = timed(eng, dev, lambda: eng.join(sub, partners, wl.JOIN_QUESTION))
     res["bio2_text_subset"] = with_sol(eng, st2, rate, m2.size)

@@ -26,14 +26,13 @@ from zoneinfo import ZoneInfo
 import pyarrow as pa
 
 from .ai_calls import Call, evaluate, is_null
+from .counters import REPORTED, metered
 
 ARROW_TYPES = {"boolean": pa.bool_(), "double": pa.float64(), "string": pa.string()}
 # Spark's JSON names of the field types ai_extract decodes -> Arrow (as pyspark's to_arrow_type)
 FIELD_TYPES = {"string": pa.string(), "integer": pa.int32(), "long": pa.int64(), "short": pa.int16(),
                "byte": pa.int8(), "double": pa.float64(), "float": pa.float32(), "boolean": pa.bool_(),
                "date": pa.date32(), "timestamp": pa.timestamp("us", tz="UTC")}
-ENGINE_COUNTERS = ("requested_tokens", "fresh_tokens", "reused_tokens", "kv_regret_tokens",
-                   "forward_passes", "truncated_rows")
 CHUNK_ROWS, CHUNK_BYTES = 256, 1 << 20  # an engine call per few short rows would leave a GPU idle
 
 
@@ -140,7 +139,7 @@ class BatchValues:
     values: list
     errors: list
     failed: list = field(default_factory=list)
-    counters: dict = field(default_factory=lambda: dict.fromkeys(ENGINE_COUNTERS, 0))
+    counters: dict = field(default_factory=lambda: dict.fromkeys(REPORTED, 0))
 
     def error_column(self) -> pa.Array:
         """``_ai_error``: NULL, or the reasons of the row joined by '; '."""
@@ -196,12 +195,8 @@ def _column(engine, col: AIColumn, cols, counters: dict, on_failure):
         return [None] * n, errs  # the NULL rule: no prompt, no engine needed
     try:
         eng = engine()
-        before = {k: eng.stats.get(k, 0) for k in ENGINE_COUNTERS}
-        try:
+        with metered(eng.stats, into=counters):
             return evaluate(eng, col.call, cols, errors=errs, where=lambda i: f"column {col.name!r}, row {i}"), errs
-        finally:
-            for k in ENGINE_COUNTERS:
-                counters[k] += eng.stats.get(k, 0) - before[k]
     except Exception as e:  # noqa: BLE001 - the caller decides: raise, or a reason on each row
         if on_failure is None:
             raise

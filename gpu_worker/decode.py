@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from .counters import Counters
 from .kv_pool import PAGE
 from .passes import Passes
 from .prefix_tree import Node
@@ -87,7 +88,7 @@ class Decoder:
         self.blocked = False  # the last admission left sequences waiting, and none has ended since
 
     @property
-    def stats(self) -> dict:
+    def stats(self) -> Counters:
         return self.passes.stats
 
     def run(self, seqs: list[Seq]):
@@ -151,7 +152,7 @@ class Decoder:
             p.hold(ends[-1])
         t0 = time.perf_counter()
         logits = p.serve(ends, sum(len(s.prefix) + len(s.suffix) + len(s.out) for s in batch), self.vocab)
-        self.stats["decode_admit_s"] += time.perf_counter() - t0  # (serve waits for the prompts' logits)
+        self.stats.decode_admit_s += time.perf_counter() - t0  # (serve waits for the prompts' logits)
         back = []
         # the grammars' first masks computed together, on llguidance's threads
         self._fill_masks([s for s, end in zip(batch, ends) if s.matcher is not None and end.slots is not None])
@@ -222,7 +223,7 @@ class Decoder:
         read the tokens taken before). Returns the pending step."""
         for s, x, slots, fresh in plan:
             if s.done:  # ended by the token before: this row is dropped
-                self.stats["decode_dropped_rows"] += 1
+                self.stats.decode_dropped_rows += 1
                 if slots is not None and slots[0] % PAGE == 0:
                     self.passes.tree.pool.release(slots)
                 continue
@@ -284,7 +285,7 @@ class Decoder:
                 continue
             nxt = s.node.slots[-1] + 1
             plan.append((s, Node([-1], None, s.node.end), [nxt] if nxt % PAGE else tree.allocate(1), False))
-        self.stats["decode_ahead_steps"] += 1
+        self.stats.decode_ahead_steps += 1
         return self._launch(plan, ctx_tokens)
 
     def _cost(self, s: Seq, base_ids: set) -> tuple:
@@ -297,9 +298,9 @@ class Decoder:
         st = self.stats
         for k in ("requested_tokens", "fresh_tokens", "min_fresh_tokens"):
             st[k] += rows
-        st["forward_passes"] += 1
-        st["decode_steps"] += 1
-        st["decode_context_tokens"] += ctx_tokens  # the cached KV the step reads (a shared document once)
+        st.forward_passes += 1
+        st.decode_steps += 1
+        st.decode_context_tokens += ctx_tokens  # the cached KV the step reads (a shared document once)
         self.passes.tree.passes += 1
 
     def _fast(self) -> bool:
@@ -352,7 +353,7 @@ class Decoder:
         dplan = plan_decode(q_lo, q_n, k_lo, k_n, n, qb)
         cap = st.capture_s
         logits = st.launch(ids, pos, write, np.concatenate(pieces), dplan, start, qb)
-        self.stats["decode_capture_s"] += st.capture_s - cap
+        self.stats.decode_capture_s += st.capture_s - cap
         return order, logits
 
     def _place_all(self, running: list, waiting: deque) -> tuple[list, int]:
@@ -392,8 +393,8 @@ class Decoder:
         ev, self.events = self.events, []
         if ev:
             ev[-1][1].synchronize()
-            self.stats["decode_device_s"] += sum(a.elapsed_time(b) for a, b in ev) / 1e3
-        self.stats["decode_wall_s"] += time.perf_counter() - t0
+            self.stats.decode_device_s += sum(a.elapsed_time(b) for a, b in ev) / 1e3
+        self.stats.decode_wall_s += time.perf_counter() - t0
 
     def _place(self, s: Seq):
         """(node of the input token, its slot list or None, whether the node is new) for this step, or
@@ -508,12 +509,12 @@ class Decoder:
     def _finish(self, s: Seq):
         self.blocked = False
         self._release(s)
-        self.stats["output_tokens"] += len(s.out)
+        self.stats.output_tokens += len(s.out)
 
     def _preempt(self, s: Seq, waiting: deque):
         self.blocked = False
         self._release(s)
-        self.stats["preemptions"] += 1
+        self.stats.preemptions += 1
         waiting.appendleft(s)
 
     def _release(self, s: Seq):

@@ -18,11 +18,12 @@ import torch
 from . import rates, weights
 from .chunks import DocumentChunks, leave_a_core
 from .config import EngineConfig
+from .counters import Counters
 from .decode import Decoder
 from .decode_requests import cut_at, extract_seqs, extraction, generate_seqs, stop_strings
 from .fitting import RequestFitter
 from .grammar import Extraction, Grammars, check_fields
-from .passes import FIRST_PASS_JOBS, TREE_COUNTERS, Passes, collector_paused
+from .passes import FIRST_PASS_JOBS, Passes, collector_paused
 from .prompts import PromptRenderer, documents
 from .runner import KVCache, ModelRunner
 from .runtime import Runtime
@@ -68,8 +69,8 @@ class Engine:
         before any work. Each field is decoded from the row's one computed document under llguidance's
         grammar of its JSON value (or null), so every finished answer parses; a field cut by max_tokens
         is None and named in `Extraction.cut`.
-    Counters (`stats`): output_tokens, decode_steps, preemptions beside the prefill ones; a decode
-    call's prompts count in requested / fresh / reused tokens like any request. decode_context_tokens:
+    Counters (`stats`, a `counters.Counters`): output_tokens, decode_steps, preemptions beside the prefill
+    ones; a decode call's prompts count in requested / fresh / reused tokens like any request. decode_context_tokens:
     the cached KV the steps read (a document shared by a row's sequences counted once per step with
     `shared_decode`, else once per sequence); decode_wall_s, decode_admit_s (the admissions' prefill,
     and the wait for a decode step queued before one), decode_capture_s (CUDA graphs captured, once per batch bucket of the engine) and, on a GPU,
@@ -77,6 +78,10 @@ class Engine:
     host has packed the step, to its last kernel's end); decode_ahead_steps (steps queued behind the step
     before, ahead of the host reading its tokens) and decode_dropped_rows (rows of those computed after
     their sequence's end).
+
+    Token level (benchmarks and exactness tests, below the text calls): `margins(reqs)` and
+    `answer_logits(reqs)` of (prefix ids, suffix ids) requests, `answer_margins(logits)`, `clear_cache()`,
+    `doc_ids(text)`, `encode(docs)`, `chain_blocks(...)`.
 
     Examples
     --------
@@ -103,7 +108,7 @@ class Engine:
         self.tokenizer = weights.load_tokenizer(src)
         self.renderer = PromptRenderer(self.tokenizer)
         self.rt = Runtime.create(cfg, src.config)  # the device: every allocation and launch goes there
-        self.stats: dict = {}  # the counters of `reset_stats`; the parts below update this dict in place
+        self.stats = Counters()  # the parts below add to it in place
         with self.on_device():
             model = weights.load_model(src, self.rt.device, self.rt.dtype)
             model.prepare(self.renderer.answers.head_ids, self.rt.max_position, self.rt.device)
@@ -225,7 +230,7 @@ class Engine:
                         if q_i == len(parts) - 1:
                             done.append(([(i, q_i) for i in alive], self._run(reqs, defer=True)))
                             break
-                        m = self._margins(self._run(reqs))
+                        m = self.answer_margins(self._run(reqs))
                         out[alive, q_i] = m
                         alive = [i for i, v in zip(alive, m) if v > 0]
                 finally:
@@ -237,7 +242,7 @@ class Engine:
 
     def _chain_all(self, block, toks, parts, out):
         reqs = [self.fitter.fit(i, head, toks[i], tail) for head, tail in parts for i in block]
-        m = self._margins(self._run(reqs)).reshape(len(parts), len(block))
+        m = self.answer_margins(self._run(reqs)).reshape(len(parts), len(block))
         for q_i in range(len(parts)):
             out[block, q_i] = m[q_i]
 
@@ -300,7 +305,7 @@ class Engine:
                 reqs.append(self.fitter.pair_request(i, pre[k], a_ids[k], head, mid, p_ids[j], post))
                 where.append(i)
         out = np.full(len(anchors), np.nan)
-        out[where] = self._margins(self._run(reqs))
+        out[where] = self.answer_margins(self._run(reqs))
         self._stage("join", [question], out.reshape(-1, 1))
         return out
 
@@ -333,7 +338,7 @@ class Engine:
             p = torch.softmax(per, dim=-1).numpy()
             probs[rows] = p
             idx[rows] = p.argmax(-1)
-        self.stats["stages"].append({"op": "classify", "evaluated": len(rows), "passed": len(rows)})
+        self.stats.stages.append({"op": "classify", "evaluated": len(rows), "passed": len(rows)})
         return idx, probs
 
     def render_generate(self, doc: str, prompt: str, partner: str | None = None) -> list[int]:
@@ -385,20 +390,48 @@ class Engine:
         return [0 if t is None else len(t) for t in self._tokenize(documents(texts, "texts"))]
 
     def reset_stats(self):
-        self.stats.clear()  # in place: the parts hold this dict
-        self.stats.update({"requested_tokens": 0, "fresh_tokens": 0, "reused_tokens": 0,
-                           "kv_regret_tokens": 0, "min_fresh_tokens": 0, "forward_passes": 0,
-                           "requests": 0, "wall_s": 0.0, "truncated_rows": 0, "stages": [],
-                           "output_tokens": 0, "decode_steps": 0, "preemptions": 0, "decode_wall_s": 0.0,
-                           "decode_device_s": 0.0, "decode_admit_s": 0.0, "decode_capture_s": 0.0, "decode_context_tokens": 0,
-                           "decode_ahead_steps": 0, "decode_dropped_rows": 0,
-                           **dict.fromkeys(TREE_COUNTERS, 0)})
+        self.stats.reset()
         self.passes.tree_seen = dict(self.tree.stats)
 
-    # internals ---------------------------------------------------------------
-    def _new_tree(self):
+    # token level: prompts given as ids, below the text calls (benchmarks, exactness tests) -----------
+    @_serialized
+    def margins(self, reqs) -> np.ndarray:
+        """Margins of (prefix ids, suffix ids) requests, each prompt being prefix + suffix, in their order.
+        A prefix cached by an earlier call is read, not computed (`clear_cache` to start empty); requests
+        sharing a prefix share its KV."""
+        return self.answer_margins(self._run(reqs))
+
+    @_serialized
+    def answer_logits(self, reqs) -> np.ndarray:
+        """The answer tokens' logits [len(reqs), n] of such requests (`margins` before the margin)."""
+        return self._run(reqs)
+
+    def answer_margins(self, logits: np.ndarray) -> np.ndarray:
+        """The margin of each row of `answer_logits`: logsumexp over the true ids minus over the false ids."""
+        if len(logits) == 0:
+            return np.zeros(0)
+        a = self.renderer.answers
+        lg = torch.from_numpy(logits)
+        m = torch.logsumexp(lg[:, a.columns(a.true_ids)], -1) - torch.logsumexp(lg[:, a.columns(a.false_ids)], -1)
+        return m.double().numpy()
+
+    def clear_cache(self):
+        """Drops every cached prefix: the next call computes all it reads."""
         self.passes.new_tree()
 
+    def doc_ids(self, text: str) -> list[int]:
+        """Ids of one document as the prompts render it."""
+        return self._ids(text)
+
+    def encode(self, docs) -> list[list[int] | None]:
+        """Ids of each document as rendered (`doc_ids`); None stays None."""
+        return self._tokenize(list(docs))
+
+    def chain_blocks(self, live, toks, head):
+        """The documents `chain` evaluates together: as many as half the pool can keep pinned."""
+        return self._blocks(live, toks, head)
+
+    # internals ---------------------------------------------------------------
     def _run(self, reqs, defer: bool = False) -> np.ndarray:
         """Answer-row logits of (prefix, suffix) requests (`Passes.run`)."""
         return self.passes.run(reqs, defer)
@@ -435,25 +468,18 @@ class Engine:
         """Read the passes still running, then write each request's margin at its index of `out`.
 
         done: (indices into out, logits array `_run` returned) per `_run` call."""
-        self.stats["wall_s"] += self.passes.drain()  # the last chunk's last passes
+        self.stats.wall_s += self.passes.drain()  # the last chunk's last passes
         for where, logits in done:
             if len(where):  # (row, column) per request: one fancy-indexed write, not one per pair
                 rows, cols = np.asarray(where, dtype=np.int64).reshape(-1, 2).T
-                out[rows, cols] = self._margins(logits)
+                out[rows, cols] = self.answer_margins(logits)
 
-    def _margins(self, logits: np.ndarray) -> np.ndarray:
-        if len(logits) == 0:
-            return np.zeros(0)
-        a = self.renderer.answers
-        lg = torch.from_numpy(logits)
-        m = torch.logsumexp(lg[:, a.columns(a.true_ids)], -1) - torch.logsumexp(lg[:, a.columns(a.false_ids)], -1)
-        return m.double().numpy()
 
     def _stage(self, op, questions, out):
         for q_i, q in enumerate(questions):
             col = out[:, q_i]
             ok = ~np.isnan(col)
-            self.stats["stages"].append({"op": op, "question": q, "evaluated": int(ok.sum()),
+            self.stats.stages.append({"op": op, "question": q, "evaluated": int(ok.sum()),
                                          "passed": int((col[ok] > 0).sum())})
 
 def _decode_text(tokenizer, ids: list[int]) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .counters import Counters
 from .prompts import PromptRenderer, PromptTooLong
 
 
@@ -15,7 +16,7 @@ class RequestFitter:
     (`truncated_rows` is counted there).
     """
 
-    def __init__(self, renderer: PromptRenderer, limit: int, truncate: bool, stats: dict):
+    def __init__(self, renderer: PromptRenderer, limit: int, truncate: bool, stats: Counters):
         self.renderer = renderer
         self.limit = limit
         self.truncate = truncate
@@ -58,7 +59,7 @@ class RequestFitter:
                 raise PromptTooLong(row, len(head) + len(doc) + len(tail), self.limit,
                                     frame=len(head) + len(tail) if self.truncate else None)
             doc = doc[: len(doc) - over]
-            self.stats["truncated_rows"] += 1
+            self.stats.truncated_rows += 1
         return head + doc, tail
 
     def _fit_join(self, row, head, a, mid, p, post):
@@ -69,5 +70,5 @@ class RequestFitter:
                                     frame=len(head) + len(mid) + len(post) if self.truncate else None)
             cut_a = min(over, len(a))
             a, p = a[: len(a) - cut_a], p[: len(p) - (over - cut_a)]
-            self.stats["truncated_rows"] += 1
+            self.stats.truncated_rows += 1
         return head + a + mid, p + post

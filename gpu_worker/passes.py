@@ -9,6 +9,7 @@ from collections import deque
 
 import numpy as np
 
+from .counters import TREE_COUNTERS, Counters
 from .kv_pool import PagePool
 from .prefix_tree import Node, PrefixTree
 from .runner import ModelRunner
@@ -24,8 +25,6 @@ IN_FLIGHT = 2
 # after a plan of this many jobs instead of a full pass's (a join's first pass holds ~2,000 partner jobs,
 # ~25 us each to plan and build on the host), and the next pass is planned while it runs
 FIRST_PASS_JOBS = 256
-TREE_COUNTERS = {"kv_kept_tokens": "kept_tokens", "kv_kept_unread_tokens": "kept_unread_tokens",
-                 "evict_visited": "evict_visited", "evicted_nodes": "evicted_nodes"}
 
 
 @contextlib.contextmanager
@@ -52,7 +51,7 @@ class Passes:
     """
 
     def __init__(self, runner: ModelRunner, kv_slots: int, token_budget: int, ctx_budget: int, n_head: int,
-                 share: bool, stats: dict, first_jobs: int = 0):
+                 share: bool, stats: Counters, first_jobs: int = 0):
         self.runner = runner
         self.first_jobs = first_jobs  # most jobs of a pass launched while none is in flight, 0: no limit
         self.kv_slots, self.token_budget, self.ctx_budget = kv_slots, token_budget, ctx_budget
@@ -206,14 +205,14 @@ class Passes:
             self.stats[k] += self.tree.stats[t] - self.tree_seen.get(t, 0)
         self.tree_seen = dict(self.tree.stats)
         st = self.stats
-        st["requested_tokens"] += requested
-        st["fresh_tokens"] += sched.fresh
-        st["reused_tokens"] += max(0, requested - sched.fresh)
-        st["kv_regret_tokens"] += sched.regret
-        st["min_fresh_tokens"] += sched.fresh - sched.regret
-        st["forward_passes"] += passes
-        st["requests"] += n_reqs
-        st["wall_s"] += time.time() - t0
+        st.requested_tokens += requested
+        st.fresh_tokens += sched.fresh
+        st.reused_tokens += max(0, requested - sched.fresh)
+        st.kv_regret_tokens += sched.regret
+        st.min_fresh_tokens += sched.fresh - sched.regret
+        st.forward_passes += passes
+        st.requests += n_reqs
+        st.wall_s += time.time() - t0
 
 
 class Stream:

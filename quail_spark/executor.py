@@ -184,7 +184,7 @@ def udf_chain(conf, run, spec, doc):
     docs = doc.to_pylist()
     rows = [r for r, d in enumerate(docs) if not is_null(d)]
     out = [None] * len(docs)
-    with _metered(conf, run, spec, rows_out="passed") as eng:
+    with _reporting(conf, run, spec, rows_out="passed") as eng:
         try:
             m = eng.chain([docs[r] for r in rows], [c.question for c in calls], short_circuit=True)
         except PromptTooLong as e:
@@ -248,7 +248,7 @@ def _join_answers(conf, run, name: str, spec, cols) -> tuple[dict, list]:
     kind = "score" if name == "quail_join_score" or s.get("score_bounds") is not None else "if"
     call = Call(kind, s["template"], len(cols), anchor=s.get("anchor_arg"))
     rows = list(range(len(spec)))
-    with _metered(conf, run, spec, rows_out="passed") as eng:
+    with _reporting(conf, run, spec, rows_out="passed") as eng:
         values = [c.to_pylist() for c in cols]
         return s, evaluate(eng, call, values, where=_where(f"ai_{kind} (AI join, {name})", rows, len(cols), values))
 
@@ -284,7 +284,7 @@ def udf_match(conf, run, spec, *cols):
     else:
         call = Call(kind, s["template"], len(cols), anchor=s.get("anchor_arg"))
         pairs = list(range(len(flat[0])))
-        with _metered(conf, run) as eng:
+        with _reporting(conf, run) as eng:
             values = [f.to_pylist() for f in flat]
             got = evaluate(eng, call, values, where=_where(fn, pairs, len(cols), values))
     offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]), pa.int32())
@@ -316,7 +316,7 @@ def udf_eval(conf, run, spec, *args):
             wheres.append(_where(f"{fn} (fused by quail_eval)", rows, call.n_cols, values))
             places.append((k, rows))
     results = [[None] * len(spec) for _ in calls]
-    with _metered(conf, run, spec) as eng:
+    with _reporting(conf, run, spec) as eng:
         for (k, rows), got in zip(places, evaluate_together(eng, items, wheres)):
             for r, x in zip(rows, got):
                 results[k][r] = x
@@ -355,7 +355,7 @@ def _per_template(conf, run, kind: str, args, shown_as: str | None = None, ancho
     out = [None] * len(args[0]) if args else []
     fn = f"ai_{kind}"
     shown = shown_as or fn
-    with _metered(conf, run) as eng:
+    with _reporting(conf, run) as eng:
         for call, rows, values in _parsed(fn, args, shown, anchor):
             got = evaluate(eng, call, values, where=_where(shown, rows, call.n_cols, values))
             for r, x in zip(rows, got):
@@ -408,7 +408,7 @@ def _call(fn: str, kind: str, text: str, n_cols: int, rows, labels=(), anchor=No
         raise ValueError(f"{_where(fn, rows, n_cols)(0)}: {e}") from None
 
 
-class _metered:
+class _reporting:
     """The task's engine; on exit the counters it added go to the session's metrics folder, under the
     operator's id too where the batch is an operator the rules planned (``spec``: its spec column;
     ``rows_out``: 'passed' when the rows out are those the last stage passed, else the rows in)."""
@@ -417,10 +417,10 @@ class _metered:
         self.conf, self.run, self.spec, self.rows_out = conf, run, spec, rows_out
 
     def __enter__(self):
-        from quail_spark.metrics import snapshot
+        from gpu_worker.counters import metered
 
         self.eng = get_engine(self.conf)
-        self.before = snapshot(self.eng.stats)
+        self.meter = metered(self.eng.stats).__enter__()
         self.t0 = time.perf_counter()
         return self.eng
 
@@ -428,13 +428,14 @@ class _metered:
         import json
 
         from quail_spark.budget import stop_if_over
-        from quail_spark.metrics import append, delta
+        from quail_spark.metrics import append, record
         from quail_spark.operators import actual_line
 
-        d = delta(self.before, self.eng.stats, errored_rows=int(err is not None))
+        self.meter.__exit__(kind, err, tb)
+        d = record(self.meter, errored_rows=int(err is not None))
         spec = json.loads(self.spec[0].as_py()) if self.spec is not None and len(self.spec) else {}
         if spec:
-            stages = self.eng.stats.get("stages", [])[self.before[1]:]
+            stages = self.meter.stages
             rows = len(self.spec)
             passed = int(stages[-1].get("passed", 0)) if self.rows_out == "passed" and stages else rows
             d["ops"] = actual_line(spec, rows, passed, d, time.perf_counter() - self.t0)

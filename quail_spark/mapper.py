@@ -74,17 +74,18 @@ class ArrowMapper:
     def __call__(self, batches):
         from gpu_worker.ai_columns import with_columns_counted
 
-        from quail_spark.metrics import append, delta, snapshot
+        from gpu_worker.counters import metered
+
+        from quail_spark.metrics import append, record
 
         eng = executor.get_engine(self.engine_conf)
         chunks = with_columns_counted(lambda: eng, self.columns, batches, getattr(self, "timezone", "UTC"))
         while True:
-            before = snapshot(eng.stats)
-            try:
-                table, got = next(chunks)
-            except StopIteration:
+            with metered(eng.stats) as m:
+                table, got = next(chunks, (None, None))
+            if table is None:
                 return
-            append(self.metrics_dir, delta(before, eng.stats, errored_rows=sum(1 for e in got.errors if e)))
+            append(self.metrics_dir, record(m, errored_rows=sum(1 for e in got.errors if e)))
             yield from table.to_batches()
 
 

@@ -20,10 +20,11 @@ import tempfile
 import uuid
 from pathlib import Path
 
+from gpu_worker.counters import REPORTED
+
 BASE_CONF = "spark.quail.metrics.dir"
 SESSION_CONF = "spark.quail.metrics.session_dir"
-COUNTERS = ("requested_tokens", "fresh_tokens", "reused_tokens", "kv_regret_tokens", "forward_passes",
-            "truncated_rows", "errored_rows", "output_tokens", "decode_steps", "preemptions")  # the last 3: decoding
+COUNTERS = (*REPORTED, "errored_rows")  # the engine's (gpu_worker.counters) and the rows Spark saw fail
 
 
 def session_dir(spark) -> str:
@@ -87,17 +88,11 @@ def add(total: dict, delta: dict) -> dict:
     return total
 
 
-def snapshot(stats: dict) -> tuple:
-    """What to keep of an engine's ``stats`` before a batch (see :func:`delta`)."""
-    return {k: stats.get(k, 0) for k in COUNTERS}, len(stats.get("stages", ()))
-
-
-def delta(before: tuple, stats: dict, errored_rows: int = 0) -> dict:
-    counts, n_stages = before
-    out = {k: stats.get(k, 0) - counts[k] for k in COUNTERS if k != "errored_rows"}
-    out["errored_rows"] = errored_rows
+def record(meter, errored_rows: int = 0) -> dict:
+    """What a metrics file holds of one metered batch (a closed ``gpu_worker.counters.metered``)."""
+    out = {**meter.delta, "errored_rows": errored_rows}
     stages: dict = {}
-    for s in stats.get("stages", [])[n_stages:]:
+    for s in meter.stages:
         name = f"{s.get('op', 'stage')}: {s.get('question', '')}".rstrip(": ")
         t = stages.setdefault(name, {"evaluated": 0, "passed": 0})
         t["evaluated"] += int(s.get("evaluated", 0))

@@ -15,8 +15,9 @@ from __future__ import annotations
 import html
 import re
 import sys
-import threading
 import time
+
+from quail_spark.progress import Ticker, tasks_text
 
 SECTION = re.compile(r"^== (.*) ==$")
 
@@ -96,7 +97,8 @@ class Progress:
         self.spark, self.kernel = spark, in_kernel()
         self.every_s = every_s if every_s is not None else (1.0 if self.kernel else 10.0)
         self.out = out or sys.stderr
-        self._stop, self._handle, self._thread = threading.Event(), None, None
+        self._handle = None
+        self._ticker = Ticker(lambda: self._show(self.line()), self.every_s)
 
     def __enter__(self) -> "Progress":
         from quail_spark.metrics import metrics
@@ -104,23 +106,14 @@ class Progress:
         self.before, self.t0 = metrics(self.spark), time.time()
         if self.kernel:  # the line is there from the start and updated in place
             self._show(self.line())
-        self._thread = threading.Thread(target=self._run, daemon=True, name="quail-progress")
-        self._thread.start()
+        self._ticker.start()
         return self
 
     def __exit__(self, *exc) -> bool:
-        self._stop.set()
-        self._thread.join()
+        self._ticker.stop()
         if self._handle is not None:  # the final figures stay in the cell
             self._show(self.line(done="failed" if exc and exc[0] is not None else "done"))
         return False
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.every_s):
-            try:
-                self._show(self.line())
-            except Exception:  # noqa: BLE001 - progress never fails the query
-                pass
 
     def _show(self, line: str) -> None:
         if not self.kernel:
@@ -144,17 +137,6 @@ class Progress:
             sum(s["evaluated"] for s in self.before["stages"].values())
         tokens = now["requested_tokens"] - self.before["requested_tokens"]
         dt = max(time.time() - self.t0, 1e-9)
-        tasks = "" if done else _tasks(self.spark)
+        tasks = "" if done else tasks_text(lambda: self.spark.sparkContext)
         return (f"quail{f' ({done})' if done else ''}: {rows:,} AI evaluations, {tokens:,} tokens "
                 f"({tokens / dt:,.0f} tokens/s){tasks}, {dt:.1f} s")
-
-
-def _tasks(spark) -> str:
-    """', tasks done/total' of the active stages (classic sessions; '' under Spark Connect)."""
-    try:
-        from quail_spark.enrich.progress import stage_tasks
-
-        done, total = stage_tasks(spark.sparkContext)
-    except Exception:  # noqa: BLE001 - Spark Connect has no SparkContext
-        return ""
-    return f", tasks {done}/{total}" if total else ""

@@ -84,3 +84,22 @@ def test_java_makes_and_reads_json_with_jackson_only():
     found = [f"{f.name}: {m.group(0)}" for f in JAVA for m in re.finditer(r'\\"[a-z_]+\\"\s*:', code(f))]
     found += [f"{f.name}: regex over a spec" for f in JAVA if re.search(r'Pattern\.compile\("[^"]*\\"', code(f))]
     assert not found, found
+
+
+def test_the_counters_names_are_listed_once():
+    """The engine's counters are named by gpu_worker.counters (`Counters`, `REPORTED`); no other product
+    file lists several of them (a tuple, list, set or dict literal of four or more)."""
+    import ast
+
+    from gpu_worker.counters import Counters
+
+    names = set(Counters())
+    lists = []
+    for p in PRODUCT:
+        for node in ast.walk(ast.parse(p.read_text())):
+            items = node.keys if isinstance(node, ast.Dict) else getattr(node, "elts", None) \
+                if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else None
+            hits = [x.value for x in items or () if isinstance(x, ast.Constant) and x.value in names]
+            if len(hits) >= 4:
+                lists.append(p.relative_to(REPO).as_posix())
+    assert set(lists) == {"gpu_worker/counters.py"}, lists

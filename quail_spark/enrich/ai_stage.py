@@ -96,11 +96,8 @@ def evaluate_batch(plan: StagePlan, batch: pa.RecordBatch, attempt: int = 0):
             if not need[i][r] or r not in got.failed[i]:
                 hashes[r][col.name] = new_hash[r]
         values.append(pa.array(vals, col.arrow_type))
-    c = got.counters
-    counts = {"rows": n, "truncated": c["truncated_rows"], "requested_tokens": c["requested_tokens"],
-              "fresh_tokens": c["fresh_tokens"], "kv_regret_tokens": c["kv_regret_tokens"],
-              "computed": sum(any(x[r] for x in need) for r in range(n)),
-              "errored": sum(1 for e in got.errors if e)}
+    counts = {"rows": n, **got.counters, "errored_rows": sum(1 for e in got.errors if e),
+              "computed": sum(any(x[r] for x in need) for r in range(n))}
     out = pa.RecordBatch.from_arrays(
         [batch.column(plan.key), *values, errors, pa.array([hash_text(h) for h in hashes], pa.string())],
         names=[plan.key, *[c.name for c in plan.columns], "_ai_error", "_ai_hash"])

@@ -19,6 +19,7 @@ import tempfile
 import time
 import uuid
 
+from gpu_worker.counters import REPORTED
 from pyspark import StorageLevel
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType, _parse_datatype_string
@@ -252,7 +253,7 @@ def max_task_failures(master: str, max_failures: str = "4") -> int:
 
 
 def _report(spec, spark, staged, run_id, n_read, n_todo, counters, ai_s) -> dict:
-    n_err, examples = counters.get("errored", 0), []
+    n_err, examples = counters.get("errored_rows", 0), []
     if n_err:  # the accumulator counts successful task attempts; the staged files name the rows
         errored = spark.read.parquet(staged).where(F.col("_ai_error").isNotNull())
         examples = [f"{spec.key}={r[0]!r}: {r[1]}"
@@ -260,9 +261,8 @@ def _report(spec, spark, staged, run_id, n_read, n_todo, counters, ai_s) -> dict
     tokens = counters.get("requested_tokens", 0)
     return {"run_id": run_id, "spec_hash": spec.spec_hash(), "model": spec.model, "device": spec.device,
             "rows_read": n_read, "rows_skipped": n_read - n_todo, "rows_enriched": n_todo - n_err,
-            "rows_errored": n_err, "rows_truncated": counters.get("truncated", 0),
-            "requested_tokens": tokens, "fresh_tokens": counters.get("fresh_tokens", 0),
-            "kv_regret_tokens": counters.get("kv_regret_tokens", 0),
+            "rows_errored": n_err, "rows_truncated": counters.get("truncated_rows", 0),
+            **{k: counters.get(k, 0) for k in REPORTED if k != "truncated_rows"},
             "ai_wall_s": round(ai_s, 3), "rows_per_s": round(n_todo / ai_s, 1) if ai_s else 0.0,
             "tokens_per_s": round(tokens / ai_s, 1) if ai_s else 0.0, "version": staged,
             "error_examples": examples}

@@ -2,7 +2,7 @@
 
 Executors rewrite one small JSON record per task attempt in the run's progress
 folder (``ai_stage.Progress``); a daemon thread here sums the newest attempt of
-each partition, adds Spark's task counts (``statusTracker``) and prints::
+each partition, adds Spark's task counts (``statusTracker``) and prints (``quail_spark.progress``)::
 
     enrich: 1,536/20,000 rows (7.7%), 9,870 tokens/s, 412 rows/s, ~45 s left, AI tasks 1/10
 """
@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 import os
 import sys
-import threading
 import time
+
+from quail_spark.progress import Ticker, tasks_text
 
 
 def read_records(folder: str) -> dict:
@@ -45,24 +46,19 @@ def totals(folder: str) -> dict:
     return out
 
 
-class ProgressLine(threading.Thread):
-    """Prints the progress line every ``every_s`` seconds until :meth:`stop`."""
+class ProgressLine:
+    """Prints the progress line every ``every_s`` seconds from :meth:`start` until :meth:`stop`."""
 
     def __init__(self, sc, folder: str, total_rows: int, every_s: float = 10.0, out=sys.stderr):
-        super().__init__(daemon=True, name="quail-enrich-progress")
-        self.sc, self.folder, self.total, self.every_s, self.out = sc, folder, total_rows, every_s, out
-        self._stop_evt = threading.Event()
+        self.sc, self.folder, self.total, self.out = sc, folder, total_rows, out
+        self.ticker = Ticker(lambda: print(self.line(), file=self.out, flush=True), every_s, "quail-enrich-progress")
         self.t0 = time.time()
 
-    def run(self) -> None:
-        while not self._stop_evt.wait(self.every_s):
-            try:
-                print(self.line(), file=self.out, flush=True)
-            except Exception:  # noqa: BLE001 - progress never fails the job
-                pass
+    def start(self) -> None:
+        self.ticker.start()
 
     def stop(self) -> None:
-        self._stop_evt.set()
+        self.ticker.stop()
 
     def line(self) -> str:
         t = totals(self.folder)
@@ -71,21 +67,4 @@ class ProgressLine(threading.Thread):
         left = f"~{(self.total - done) / rate:.0f} s left" if rate > 0 else "starting"
         pct = 100.0 * done / self.total if self.total else 100.0
         return (f"enrich: {done:,}/{self.total:,} rows ({pct:.1f}%), {t.get('requested_tokens', 0) / dt:,.0f} "
-                f"tokens/s, {rate:,.0f} rows/s, {left}{self._tasks()}")
-
-    def _tasks(self) -> str:
-        if self.sc is None:
-            return ""
-        done, total = stage_tasks(self.sc)
-        return f", tasks {done}/{total}" if total else ""
-
-
-def stage_tasks(sc) -> tuple:
-    """(completed, all) tasks of the active stages of SparkContext ``sc``."""
-    st = sc.statusTracker()
-    done = total = 0
-    for sid in st.getActiveStageIds():
-        info = st.getStageInfo(sid)
-        if info is not None:
-            done, total = done + info.numCompletedTasks, total + info.numTasks
-    return done, total
+                f"tokens/s, {rate:,.0f} rows/s, {left}{tasks_text(self.sc) if self.sc is not None else ''}")

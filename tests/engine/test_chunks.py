@@ -115,7 +115,7 @@ def test_a_join_over_many_chunks_fills_its_passes(eng256):
     rng = np.random.default_rng(7)
     partners = [" ".join(rng.choice(WORDS, int(rng.integers(1, 4)))) for _ in range(20)]
     head, mid, post = e.renderer.join_parts(JQ)
-    extra = len(head) + len(mid) + sum(len(p) + len(post) for p in e._tokenize(partners))
+    extra = len(head) + len(mid) + sum(len(p) + len(post) for p in e.encode(partners))
     assert len(list(e.chunks(anchors, extra, len(partners)))) >= 4
     got = e.join(anchors, partners, JQ)
     st = e.stats
@@ -187,7 +187,7 @@ def test_the_first_pass_after_an_idle_device_holds_at_most_first_jobs(eng256):
     e.runner.run = lambda jobs, *a, **kw: sizes.append(len(jobs)) or run(jobs, *a, **kw)
     try:
         e.passes.first_jobs = 5
-        e._new_tree()  # nothing resident: every job computed again
+        e.clear_cache()  # nothing resident: every job computed again
         got_j = e.join(anchors, partners, JQ)
         join_sizes = list(sizes)
         sizes.clear()

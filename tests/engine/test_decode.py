@@ -123,7 +123,7 @@ def test_generate_stops_at_the_end_of_turn_like_transformers(smol_engine):
 def _hf_extract(hf, eng, doc: str, name: str, t, max_tokens: int):
     """transformers' forward, the grammar's mask, argmax: the reference loop of one field."""
     head, tail = eng.renderer.extract_parts(name, describe(t))
-    ids = head + eng._ids(doc) + tail
+    ids = head + eng.doc_ids(doc) + tail
     m, out = eng.grammars.matcher(t), []
     for _ in range(max_tokens):
         lg = last_logits(hf, ids + out).numpy()
@@ -159,7 +159,7 @@ def test_extract_equals_transformers_under_the_same_grammar(qwen):
 def test_a_document_shared_by_a_rows_calls_is_computed_once():
     eng = Engine(EngineConfig(model="tiny-llama-random", token_budget=256))
     doc = " ".join(_docs(4, seed=11))
-    n_doc = len(eng.renderer.generate_parts("x")[0]) + len(eng._ids(doc))
+    n_doc = len(eng.renderer.generate_parts("x")[0]) + len(eng.doc_ids(doc))
     eng.reset_stats()
     ext = eng.extract([doc], dict(list(FIELDS.items())[:4]), max_tokens=6)[0]
     gen = eng.generate_ids([doc], PROMPTS[0], max_tokens=6)[0]

@@ -21,14 +21,14 @@ def requests():
     jh, jm, jp = ref.renderer.join_parts("Does 1 mention 2?")
     reqs = [(head + d, tail) for d in docs]
     reqs += [(jh + docs[0] + jm, p + jp) for p in ([5, 6, 7], [8, 9], [300, 301, 302, 303])]
-    return reqs, ref._margins(ref._run(reqs))
+    return reqs, ref.margins(reqs)
 
 
 def test_fp8_margins_close_to_unquantized(requests):
     reqs, want = requests
     eng = Engine(EngineConfig(model=MODEL, dtype="float32", quantize="fp8"))
     assert eng.model.fp8 and eng.model.model.layers[0].self_attn.qkv_weight is None  # weights replaced
-    got = eng._margins(eng._run(reqs))
+    got = eng.margins(reqs)
     assert np.abs(got - want).max() < 1.0  # e4m3: ~3 significant bits per operand
     assert np.corrcoef(got, want)[0, 1] > 0.95
     assert not np.allclose(got, want, atol=1e-3)  # the quantized path really ran

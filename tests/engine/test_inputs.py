@@ -61,7 +61,7 @@ def test_special_tokens_in_documents_are_ordinary_text(tiny):
 
 
 def _margin_of(eng, ids):
-    return float(eng._margins(eng._run([(ids[:-1], ids[-1:])]))[0])
+    return float(eng.margins([(ids[:-1], ids[-1:])])[0])
 
 
 def test_too_long_prompt_names_the_row(tiny):

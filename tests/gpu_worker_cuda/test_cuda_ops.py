@@ -252,8 +252,8 @@ def test_engine_with_cuda_ops_matches_torch_ops(ctx_attn):
     # partners sharing first tokens split below the anchor: contexts below a shared base
     reqs += [(jh + docs[0] + jm, p + jp) for p in ([5, 6, 7], [8, 9], [300, 301, 302, 303], [300, 301, 9],
                                                    [300, 5])]
-    want = ref._margins(ref._run(reqs))
-    got = eng._margins(eng._run(reqs))
+    want = ref.margins(reqs)
+    got = eng.margins(reqs)
     assert eng.stats["fresh_tokens"] < eng.stats["requested_tokens"]  # contexts were reused
     np.testing.assert_allclose(got, want, atol=2e-2 if CUDA else 1e-3)
 
@@ -272,12 +272,12 @@ def test_fused_swiglu_gives_the_margins_of_cublas_and_silu():
     assert all(m.gate_up_block for m in mlps)
     head, tail = eng.renderer.filter_parts("Is it about fruit?")
     reqs = [(head + d, tail) for d in docs]
-    fused = eng._margins(eng._run(reqs))
+    fused = eng.margins(reqs)
     for m in mlps:
         m.gate_up_weight, m.gate_up_block = m.gate_up_stacked(), 0
-    eng._new_tree()
+    eng.clear_cache()
     eng.reset_stats()
-    plain = eng._margins(eng._run(reqs))
+    plain = eng.margins(reqs)
     assert eng.stats["fresh_tokens"] > sum(len(d) for d in docs)  # recomputed, not read from the first run's KV
     np.testing.assert_allclose(fused, plain, atol=0.05 * max(1.0, float(np.abs(plain).max())))
     big = np.abs(plain) > 0.1
@@ -294,11 +294,11 @@ def test_residual_added_in_the_gemm_gives_the_margins_of_the_add_and_norm_kernel
     assert eng.rt.ops.residual_gemm
     head, tail = eng.renderer.filter_parts("Is it about fruit?")
     reqs = [(head + d, tail) for d in docs]
-    fused = eng._margins(eng._run(reqs))
+    fused = eng.margins(reqs)
     eng.rt.ops.residual_gemm = False  # (an instance attribute over the class's)
-    eng._new_tree()
+    eng.clear_cache()
     eng.reset_stats()
-    plain = eng._margins(eng._run(reqs))
+    plain = eng.margins(reqs)
     assert eng.stats["fresh_tokens"] > sum(len(d) for d in docs)
     np.testing.assert_allclose(fused, plain, atol=0.05 * max(1.0, float(np.abs(plain).max())))
     big = np.abs(plain) > 0.1
@@ -313,7 +313,7 @@ def test_bf16_engine_agrees_with_float32():
     eng = Engine(EngineConfig(model="tiny-qwen3-random", device="cuda", dtype="bfloat16"))
     head, tail = ref.renderer.filter_parts("Is it about fruit?")
     reqs = [(head + d, tail) for d in docs]
-    want, got = ref._margins(ref._run(reqs)), eng._margins(eng._run(reqs))
+    want, got = ref.margins(reqs), eng.margins(reqs)
     big = np.abs(want) > 0.1
     assert (np.sign(want[big]) == np.sign(got[big])).mean() >= 0.95
 
@@ -331,7 +331,7 @@ def test_fp8_engine_with_cuda_ops_matches_torch_ops():
     head, tail = ref.renderer.filter_parts("Is it about fruit?")
     jh, jm, jp = ref.renderer.join_parts("Does 1 mention 2?")
     reqs = [(head + d, tail) for d in docs] + [(jh + docs[0] + jm, p + jp) for p in ([5, 6, 7], [8, 9])]
-    np.testing.assert_allclose(eng._margins(eng._run(reqs)), ref._margins(ref._run(reqs)), atol=2e-2 if CUDA else 1e-3)
+    np.testing.assert_allclose(eng.margins(reqs), ref.margins(reqs), atol=2e-2 if CUDA else 1e-3)
 
 
 @needs_triton
@@ -353,7 +353,7 @@ def test_fp8_context_attention_in_the_engine_stays_near_bf16_context():
     jh, jm, jp = engines[0].renderer.join_parts("Does 1 mention 2?")
     reqs = [(jh + a + jm, rng.integers(20, 49000, int(n)).tolist() + jp)
             for a in anchors for n in rng.integers(2, 12, 6)]
-    want, got = (e._margins(e._run(reqs)) for e in engines)
+    want, got = (e.margins(reqs) for e in engines)
     assert engines[1].stats["fresh_tokens"] < engines[1].stats["requested_tokens"] / 3  # contexts were shared
     big = np.abs(want) > 0.1
     assert (np.sign(want[big]) == np.sign(got[big])).mean() >= 0.95

@@ -1,14 +1,10 @@
 package io.quailspark;
 
 import java.util.ArrayList;
-import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 
-import org.apache.spark.sql.SparkSession;
-import org.apache.spark.sql.catalyst.InternalRow;
-import org.apache.spark.sql.catalyst.expressions.And;
 import org.apache.spark.sql.catalyst.expressions.BinaryComparison;
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.GreaterThan;
@@ -28,20 +24,18 @@ import org.apache.spark.sql.catalyst.plans.logical.Project;
 import org.apache.spark.sql.catalyst.plans.logical.Sort;
 import org.apache.spark.sql.catalyst.plans.logical.SubqueryAlias;
 import org.apache.spark.sql.catalyst.util.ArrayData;
-import org.apache.spark.sql.catalyst.util.MapData;
 import org.apache.spark.sql.internal.SQLConf;
 import org.apache.spark.sql.types.DataType;
-import org.apache.spark.sql.types.MapType;
 import org.apache.spark.sql.types.NumericType;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.types.StringType;
 import scala.jdk.javaapi.CollectionConverters;
-import scala.runtime.AbstractPartialFunction;
 
 /**
- * What the rules share: recognising AI calls, their hints, conjuncts, and
- * building calls of the internal Python UDFs that install() registers
- * ({@link #INTERNAL}, as gpu_worker.ai_calls.INTERNAL lists them).
+ * What the rules share about AI calls: recognising them (the public functions by kind, the internal
+ * Python UDFs that install() registers, {@link #INTERNAL} as gpu_worker.ai_calls.INTERNAL lists them),
+ * reading an ai_if or a score comparison as a {@link Predicate}, and the document a call places first.
+ * Their hints are {@link Hints}'; Catalyst's helpers {@link Catalyst}'s.
  */
 final class AiCalls {
     static final String ENABLED = "spark.quail.optimizer.enabled";
@@ -95,7 +89,7 @@ final class AiCalls {
     static double outputTokens(PythonUDF call) {
         String k = kind(call);
         if (k == null) return 0;
-        Double hinted = number(hintsOf(call).get("max_tokens"));
+        Double hinted = Hints.number(Hints.of(call).get("max_tokens"));
         List<Expression> args = CollectionConverters.asJava(call.children());
         switch (k) {
             case "generate": return hinted != null ? hinted : GENERATE_TOKENS;
@@ -161,12 +155,7 @@ final class AiCalls {
     }
 
     static boolean containsAi(Expression e) {
-        return e.exists(new scala.runtime.AbstractFunction1<Expression, Object>() {
-            @Override
-            public Object apply(Expression x) {
-                return isAi(x);
-            }
-        });
+        return e.exists(AiCalls::isAi);
     }
 
     /**
@@ -203,23 +192,23 @@ final class AiCalls {
 
         /** The selectivity hint, else the default (written once, in AiCost). */
         double selectivity() {
-            Double h = number(hints.get("selectivity"));
+            Double h = Hints.number(hints.get("selectivity"));
             return h != null ? h : AiCost.DEFAULT_SELECTIVITY;
         }
 
         String selectivitySource() {
-            return number(hints.get("selectivity")) != null ? "hint" : "default";
+            return Hints.number(hints.get("selectivity")) != null ? "hint" : "default";
         }
 
         /** The column argument the anchor hint names (resolved by QuailAnchorHint), or null. */
         Integer anchorArg() {
-            Double a = number(hints.get(QuailAnchorHint.FIELD));
+            Double a = Hints.number(hints.get(QuailAnchorHint.FIELD));
             return a == null ? null : a.intValue();
         }
 
         /** The tokens hint of column argument {@code i}: 'tokens' for {0}, 'tokens_1' for {1} ... */
         Double tokensHint(int i) {
-            return number(hints.get(i == 0 ? "tokens" : "tokens_" + i));
+            return Hints.number(hints.get(i == 0 ? "tokens" : "tokens_" + i));
         }
 
         /** Tokens of the template's question (its text without the placeholders' documents). */
@@ -301,59 +290,30 @@ final class AiCalls {
      */
     static List<Expression> rowTemplate(Expression e) {
         if (!isPredicate(e) && !isScore(e)) return null;
-        List<Expression> args = withoutHint((PythonUDF) e);
+        List<Expression> args = Hints.without((PythonUDF) e);
         if (args == null || args.size() < 2 || args.get(0).foldable()
             || !(args.get(0).dataType() instanceof StringType)) return null;
         return args;
     }
 
     private static Predicate parsed(PythonUDF udf) {
-        List<Expression> args = withoutHint(udf);
+        List<Expression> args = Hints.without(udf);
         if (args == null || args.size() < 2 || !args.get(0).foldable()
             || !(args.get(0).dataType() instanceof StringType)) return null;
         Object t = args.get(0).eval(null);
         if (t == null) return null;
-        return new Predicate(udf, t.toString(), new ArrayList<>(args.subList(1, args.size())), hintsOf(udf));
-    }
-
-    /** A call's arguments without its hint (a map or struct last); null when that hint is not a literal. */
-    private static List<Expression> withoutHint(PythonUDF udf) {
-        List<Expression> args = new ArrayList<>(CollectionConverters.asJava(udf.children()));
-        if (!args.isEmpty() && isHint(args.get(args.size() - 1).dataType())) {
-            if (!args.get(args.size() - 1).foldable()) return null;
-            args.remove(args.size() - 1);
-        }
-        return args;
-    }
-
-    /** Whether a call's hint (a map or struct last) is not made of literals: {@code map('selectivity', col)}. */
-    static boolean columnHint(PythonUDF call) {
-        List<Expression> args = CollectionConverters.asJava(call.children());
-        return !args.isEmpty() && isHint(args.get(args.size() - 1).dataType()) && !args.get(args.size() - 1).foldable();
-    }
-
-    /** The hints of any AI call (its foldable last argument when that is a map or struct), else empty. */
-    static Map<String, String> hintsOf(PythonUDF call) {
-        List<Expression> args = CollectionConverters.asJava(call.children());
-        if (args.isEmpty()) return new LinkedHashMap<>();
-        Expression last = args.get(args.size() - 1);
-        return isHint(last.dataType()) && last.foldable() ? hints(last) : new LinkedHashMap<>();
+        return new Predicate(udf, t.toString(), new ArrayList<>(args.subList(1, args.size())), Hints.of(udf));
     }
 
     /** Tokens of the literal text of an AI call (template, labels), hints excluded: what it asks. */
     static double askedTokens(PythonUDF call) {
         StringBuilder text = new StringBuilder();
         for (Expression a : CollectionConverters.asJava(call.children())) {
-            if (!a.foldable() || isHint(a.dataType())) continue;
+            if (!a.foldable() || Hints.isHint(a.dataType())) continue;
             Object v = a.eval(null);
             if (v != null) text.append(v instanceof ArrayData ? a.sql() : v.toString());
         }
         return AiCost.textTokens(text.toString());
-    }
-
-    /** The optional last argument of an AI call is a hint: map('selectivity', ...) or its named_struct. */
-    static boolean isHint(DataType t) {
-        return t instanceof MapType || t instanceof StructType;
     }
 
     /**
@@ -367,59 +327,11 @@ final class AiCalls {
             List<Expression> kids = new ArrayList<>();
             for (Expression k : CollectionConverters.asJava(e.children())) {
                 Predicate s = score(k);
-                kids.add(s == null ? k : hinted(s, key, value));
+                kids.add(s == null ? k : Hints.with(s.udf, s.hints, key, value));
             }
-            return e.withNewChildren(seq(kids));
+            return e.withNewChildren(Catalyst.seq(kids));
         }
-        return p == null ? e : hinted(p, key, value);
-    }
-
-    private static Expression hinted(Predicate p, String key, Expression value) {
-        List<Expression> args = new ArrayList<>(CollectionConverters.asJava(p.udf.children()));
-        if (isHint(args.get(args.size() - 1).dataType())) args.remove(args.size() - 1);
-        List<Expression> kv = new ArrayList<>();
-        for (Map.Entry<String, String> h : p.hints.entrySet()) {
-            if (h.getKey().equals(key)) continue;
-            kv.add(literal(h.getKey()));
-            kv.add(literal(h.getValue()));
-        }
-        kv.add(literal(key));
-        kv.add(value);
-        args.add(new org.apache.spark.sql.catalyst.expressions.CreateNamedStruct(seq(kv)));
-        // a copy, not withNewChildren: a call written without a hint gains an argument
-        PythonUDF u = p.udf;
-        return u.copy(u.name(), u.func(), u.dataType(), seq(args), u.evalType(), u.udfDeterministic(), u.resultId());
-    }
-
-    /** A foldable hint's keys (lower-cased) and values as text, in the order written. */
-    static Map<String, String> hints(Expression hint) {
-        Map<String, String> out = new LinkedHashMap<>();
-        Object v = hint.eval(null);
-        if (hint.dataType() instanceof MapType && v instanceof MapData) {
-            MapType type = (MapType) hint.dataType();
-            MapData m = (MapData) v;
-            ArrayData keys = m.keyArray(), values = m.valueArray();
-            for (int i = 0; i < m.numElements(); i++) {
-                Object k = keys.get(i, type.keyType()), x = values.get(i, type.valueType());
-                if (k != null && x != null) out.put(k.toString().toLowerCase(Locale.ROOT), x.toString());
-            }
-        } else if (hint.dataType() instanceof StructType && v instanceof InternalRow) {
-            StructType type = (StructType) hint.dataType();
-            for (int i = 0; i < type.fields().length; i++) {
-                if (((InternalRow) v).isNullAt(i)) continue;
-                Object x = ((InternalRow) v).get(i, type.fields()[i].dataType());
-                out.put(type.fields()[i].name().toLowerCase(Locale.ROOT), x.toString());
-            }
-        }
-        return out;
-    }
-
-    static Double number(String v) {
-        try {
-            return v == null ? null : Double.valueOf(v);
-        } catch (NumberFormatException ex) {
-            return null;
-        }
+        return p == null ? e : Hints.with(p.udf, p.hints, key, value);
     }
 
     /**
@@ -439,90 +351,4 @@ final class AiCalls {
         return new If(new GreaterThan(new Length(c1), new Length(c0)), c1, c0);
     }
 
-    static List<Expression> conjuncts(Expression e) {
-        List<Expression> out = new ArrayList<>();
-        if (e instanceof And) {
-            out.addAll(conjuncts(((And) e).left()));
-            out.addAll(conjuncts(((And) e).right()));
-        } else {
-            out.add(e);
-        }
-        return out;
-    }
-
-    static Expression and(List<Expression> es) {
-        Expression out = null;
-        for (Expression e : es) out = out == null ? e : new And(out, e);
-        return out;
-    }
-
-    /** A call of a function registered in this session (install() registers the internal UDFs), or null. */
-    static Expression call(SparkSession session, String name, List<Expression> args) {
-        try {
-            org.apache.spark.sql.classic.SparkSession s = (org.apache.spark.sql.classic.SparkSession) session;
-            scala.Option<Expression> e = s.sessionState().catalog().resolveBuiltinOrTempFunction(name, seq(args));
-            return e.isDefined() ? e.get() : null;
-        } catch (RuntimeException | AssertionError ex) {
-            return null;  // quail_spark.install() was not called in this session: leave the plan as it is
-        }
-    }
-
-    /** Spark's AnalysisException (checked in Java), thrown unchecked: the analyzer reports it as usual. */
-    static RuntimeException analysisError(String message) {
-        throw AiCalls.<RuntimeException>unchecked(new org.apache.spark.sql.AnalysisException(message,
-            scala.Option.empty(), scala.Option.empty(), scala.Option.empty(), scala.Option.empty(),
-            scala.collection.immutable.Map$.MODULE$.empty(), new org.apache.spark.QueryContext[0]));
-    }
-
-    @SuppressWarnings("unchecked")
-    private static <E extends Throwable> E unchecked(Throwable t) throws E {
-        throw (E) t;
-    }
-
-    static Expression literal(String s) {
-        return Literal$.MODULE$.apply(s);
-    }
-
-    static <T> scala.collection.immutable.Seq<T> seq(List<T> xs) {
-        return CollectionConverters.asScala(xs).toList();
-    }
-
-    /** A PartialFunction over expressions defined where {@code f} gives non-null, for resolveExpressions. */
-    static final class ExpressionRewrite extends AbstractPartialFunction<Expression, Expression> {
-        private final java.util.function.Function<Expression, Expression> f;
-
-        ExpressionRewrite(java.util.function.Function<Expression, Expression> f) {
-            this.f = f;
-        }
-
-        @Override
-        public boolean isDefinedAt(Expression e) {
-            return f.apply(e) != null;
-        }
-
-        @Override
-        public <A1 extends Expression, B1> B1 applyOrElse(A1 e, scala.Function1<A1, B1> dflt) {
-            Expression out = f.apply(e);
-            @SuppressWarnings("unchecked")
-            B1 b = out != null ? (B1) out : dflt.apply(e);
-            return b;
-        }
-    }
-
-    /** A PartialFunction defined everywhere, for transformUp from Java. */
-    abstract static class PlanRewrite extends AbstractPartialFunction<LogicalPlan, LogicalPlan> {
-        abstract LogicalPlan rewrite(LogicalPlan p);
-
-        @Override
-        public boolean isDefinedAt(LogicalPlan p) {
-            return true;
-        }
-
-        @Override
-        public <A1 extends LogicalPlan, B1> B1 applyOrElse(A1 p, scala.Function1<A1, B1> dflt) {
-            @SuppressWarnings("unchecked")
-            B1 out = (B1) rewrite(p);
-            return out;
-        }
-    }
 }

@@ -1,7 +1,6 @@
 package io.quailspark;
 
 import java.util.List;
-import java.util.Locale;
 
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.catalog.CatalogColumnStat;
@@ -11,8 +10,6 @@ import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.plans.logical.ColumnStat;
 import org.apache.spark.sql.catalyst.plans.logical.LocalRelation;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
-import org.apache.spark.sql.catalyst.plans.logical.Statistics;
-import org.apache.spark.sql.catalyst.plans.logical.statsEstimation.EstimationUtils;
 import org.apache.spark.sql.execution.datasources.LogicalRelation;
 import org.apache.spark.sql.internal.SQLConf;
 import org.apache.spark.sql.types.StringType;

@@ -86,14 +86,14 @@ final class AiExtractFunction extends AbstractFunction1<Seq<Expression>, Express
         try {
             built(new ArrayList<>(args));
         } catch (Refusal r) {
-            throw AiCalls.analysisError(r.getMessage());
+            throw Catalyst.analysisError(r.getMessage());
         }
     }
 
     private static Expression built(List<Expression> args) {
         String call = "ai_extract(" + sqlOf(args) + ")";
         Expression hint = null;
-        if (args.size() >= 3 && AiCalls.isHint(args.get(args.size() - 1).dataType())) {
+        if (args.size() >= 3 && Hints.isHint(args.get(args.size() - 1).dataType())) {
             hint = args.remove(args.size() - 1);
         }
         if (args.size() < 2 || args.size() > 3) {
@@ -107,15 +107,15 @@ final class AiExtractFunction extends AbstractFunction1<Seq<Expression>, Express
             throw new Refusal(call + ": argument 3 (the instruction) expected a literal string, got "
                 + instruction.sql());
         }
-        List<Expression> udfArgs = new ArrayList<>(List.of(args.get(0), AiCalls.literal(schema.json()), instruction));
+        List<Expression> udfArgs = new ArrayList<>(List.of(args.get(0), Catalyst.literal(schema.json()), instruction));
         if (hint != null) udfArgs.add(hint);
         return new JsonToStructs(schema, scala.collection.immutable.Map$.MODULE$.<String, String>empty(),
             udf(udfArgs), Option.empty(), JsonToStructs$.MODULE$.apply$default$5());
     }
 
     private static Expression udf(List<Expression> args) {
-        return new UnresolvedFunction(AiCalls.seq(List.of(UDF)), AiCalls.seq(args), false,
-            Option.empty(), Option.empty(), AiCalls.seq(new ArrayList<>()), false);
+        return new UnresolvedFunction(Catalyst.seq(List.of(UDF)), Catalyst.seq(args), false,
+            Option.empty(), Option.empty(), Catalyst.seq(new ArrayList<>()), false);
     }
 
     /** Why a call cannot be built; said by {@link #check} at the check of the analyzed plan. */

@@ -30,11 +30,6 @@ abstract class AiRule extends Rule<LogicalPlan> {
     @Override
     public LogicalPlan apply(LogicalPlan plan) {
         if (!AiCalls.enabled() && !alsoWhenDisabled()) return plan;
-        return plan.transformUpWithSubqueries(new AiCalls.PlanRewrite() {
-            @Override
-            LogicalPlan rewrite(LogicalPlan p) {
-                return AiRule.this.rewrite(p);
-            }
-        });
+        return plan.transformUpWithSubqueries(new Rewrite<LogicalPlan>(this::rewrite));
     }
 }

@@ -41,7 +41,6 @@ import org.apache.spark.sql.types.StringType;
 import org.apache.spark.sql.types.StructType;
 import scala.Option;
 import scala.jdk.javaapi.CollectionConverters;
-import scala.runtime.AbstractPartialFunction;
 
 /**
  * The partner rows that match each row of a preserved side under a condition with
@@ -108,7 +107,7 @@ final class PartnerMatch {
         List<Expression> pKeys = new ArrayList<>(), qKeys = new ArrayList<>(), rel = new ArrayList<>(),
             ai = new ArrayList<>();
         List<Boolean> nullSafe = new ArrayList<>();
-        for (Expression c : AiCalls.conjuncts(cond)) {
+        for (Expression c : Catalyst.conjuncts(cond)) {
             Expression[] key = equiKey(c, pSide, qSide);
             if (key != null) {
                 pKeys.add(key[0]);
@@ -126,10 +125,10 @@ final class PartnerMatch {
         List<Attribute> q = CollectionConverters.asJava(partnerPlan.output());
         List<Expression> fields = new ArrayList<>();
         for (int i = 0; i < q.size(); i++) {
-            fields.add(AiCalls.literal("c" + i));
+            fields.add(Catalyst.literal("c" + i));
             fields.add(q.get(i));
         }
-        Expression struct = new CreateNamedStruct(AiCalls.seq(fields));
+        Expression struct = new CreateNamedStruct(Catalyst.seq(fields));
         ArrayType partsType = new ArrayType(struct.dataType(), false);
 
         // partners grouped by the equality keys: at most one group per preserved row
@@ -144,15 +143,15 @@ final class PartnerMatch {
         Alias parts = alias(AggregateExpression$.MODULE$.apply(new CollectList(struct), Complete$.MODULE$, false,
             Option.empty()), "quail_partners");
         aggs.add(parts);
-        LogicalPlan grouped = new Aggregate(AiCalls.seq(qKeys), AiCalls.seq(aggs), partnerPlan, Option.empty());
-        Option<Expression> on = joinKeys.isEmpty() ? Option.empty() : Option.apply(AiCalls.and(joinKeys));
+        LogicalPlan grouped = new Aggregate(Catalyst.seq(qKeys), Catalyst.seq(aggs), partnerPlan, Option.empty());
+        Option<Expression> on = joinKeys.isEmpty() ? Option.empty() : Option.apply(Catalyst.and(joinKeys));
         LogicalPlan joined = new Join(preserved, grouped, LeftOuter$.MODULE$, on, JoinHint$.MODULE$.NONE());
 
         // no group (no partner with this key): the empty list; relational conjuncts thin it
         Attribute grouped0 = parts.toAttribute().withNullability(true);  // NULL: the outer join found no group
         Expression list = new If(new IsNull(grouped0), Literal.create(new GenericArrayData(new Object[0]), partsType),
             grouped0);
-        if (!rel.isEmpty()) list = new ArrayFilter(list, lambda(AiCalls.and(rel), q, struct.dataType(), null));
+        if (!rel.isEmpty()) list = new ArrayFilter(list, lambda(Catalyst.and(rel), q, struct.dataType(), null));
         Alias thinned = alias(list, "quail_partners");
         LogicalPlan withParts = project(preserved, List.of(thinned), joined);
         Attribute partsAttr = thinned.toAttribute();
@@ -178,7 +177,7 @@ final class PartnerMatch {
         calls = ordered;
 
         // matched = the partners for which the whole AI condition is TRUE
-        Expression aiCond = AiCalls.and(ai);
+        Expression aiCond = Catalyst.and(ai);
         NamedLambdaVariable index = index();
         Expression byPair = replaceCalls(aiCond, calls, answers, index);
         Expression matchedExpr = new ArrayFilter(partsAttr, lambda(byPair, q, struct.dataType(), index));
@@ -194,31 +193,23 @@ final class PartnerMatch {
      */
     private static Expression oneSided(Expression cond, AttributeSet pSide, AttributeSet qSide, List<Alias> pCalls,
                                        List<Alias> qCalls) {
-        return cond.transformDown(new Rewrite() {
-            @Override
-            Expression rewrite(Expression e) {
-                if (!AiCalls.isAi(e) || !e.exists(new scala.runtime.AbstractFunction1<Expression, Object>() {
-                    @Override
-                    public Object apply(Expression x) {
-                        return AiCalls.isAi(x) && !pairwise(x);
-                    }
-                })) return null;
-                boolean partner = e.references().subsetOf(qSide);
-                if (!partner && !e.references().subsetOf(pSide)) {
-                    if (pairwise(e)) return null;  // the calls it holds are its arguments' business
-                    throw AiCalls.analysisError(e.sql() + " reads columns of both sides of an outer, semi or anti"
-                        + " join's ON (or of a correlated EXISTS / IN subquery and its query): on each pair of rows"
-                        + " only ai_if, ai_filter and ai_score are evaluated; call it over the columns of one side");
-                }
-                List<Alias> side = partner ? qCalls : pCalls;
-                for (Alias a : side) {
-                    if (AiCalls.same(a.child(), e)) return a.toAttribute();
-                }
-                Alias a = alias(e, "quail_side" + (pCalls.size() + qCalls.size()));
-                side.add(a);
-                return a.toAttribute();
+        return cond.transformDown(new Rewrite<Expression>(e -> {
+            if (!AiCalls.isAi(e) || !e.exists(x -> AiCalls.isAi(x) && !pairwise(x))) return null;
+            boolean partner = e.references().subsetOf(qSide);
+            if (!partner && !e.references().subsetOf(pSide)) {
+                if (pairwise(e)) return null;  // the calls it holds are its arguments' business
+                throw Catalyst.analysisError(e.sql() + " reads columns of both sides of an outer, semi or anti"
+                    + " join's ON (or of a correlated EXISTS / IN subquery and its query): on each pair of rows"
+                    + " only ai_if, ai_filter and ai_score are evaluated; call it over the columns of one side");
             }
-        });
+            List<Alias> side = partner ? qCalls : pCalls;
+            for (Alias a : side) {
+                if (AiCalls.same(a.child(), e)) return a.toAttribute();
+            }
+            Alias a = alias(e, "quail_side" + (pCalls.size() + qCalls.size()));
+            side.add(a);
+            return a.toAttribute();
+        }));
     }
 
     /** Whether quail_match evaluates {@code call} on each pair: an ai_if / ai_filter / ai_score (a literal
@@ -313,7 +304,7 @@ final class PartnerMatch {
         AiCalls.Predicate p = score ? AiCalls.score(call) : AiCalls.predicate(call);
         List<Expression> cols;
         com.fasterxml.jackson.databind.node.ObjectNode spec = Json.object();
-        Double anchorArg = AiCalls.number(AiCalls.hintsOf(call).get(QuailAnchorHint.FIELD));
+        Double anchorArg = Hints.number(Hints.of(call).get(QuailAnchorHint.FIELD));
         if (p == null) {  // each row's template, read from a column: one more per-pair list, first
             cols = AiCalls.rowTemplate(call);
             spec.put("template_arg", true);
@@ -324,14 +315,14 @@ final class PartnerMatch {
         if (anchorArg != null) spec.put("anchor_arg", anchorArg.intValue());
         if (score) spec.put("kind", "score");
         List<Expression> args = new ArrayList<>();
-        args.add(AiCalls.literal(Json.text(spec)));
+        args.add(Catalyst.literal(Json.text(spec)));
         for (Expression col : cols) {
             if (!(col.dataType() instanceof StringType)) return null;
             NamedLambdaVariable i = AiCalls.containsAi(col) ? index() : null;
             Expression body = i == null ? col : replaceCalls(col, done, answers, i);
             args.add(new ArrayTransform(parts, lambda(body, q, elem, i)));
         }
-        return AiCalls.call(session, score ? AiCalls.MATCH_SCORE : AiCalls.MATCH, args);
+        return Catalyst.call(session, score ? AiCalls.MATCH_SCORE : AiCalls.MATCH, args);
     }
 
     /** A lambda over a partner struct x (and its index): partner attributes read as x's fields. */
@@ -339,37 +330,31 @@ final class PartnerMatch {
         NamedLambdaVariable x = new NamedLambdaVariable("x", elem, false, NamedExpression$.MODULE$.newExprId(),
             new java.util.concurrent.atomic.AtomicReference<>());
         StructType st = (StructType) elem;
-        Expression fn = body.transform(new Rewrite() {
-            @Override
-            Expression rewrite(Expression e) {
-                if (!(e instanceof Attribute)) return null;
-                for (int i = 0; i < q.size(); i++) {
-                    if (q.get(i).exprId().equals(((Attribute) e).exprId())) {
-                        return new GetStructField(x, i, Option.apply(st.fields()[i].name()));
-                    }
+        Expression fn = body.transform(new Rewrite<Expression>(e -> {
+            if (!(e instanceof Attribute)) return null;
+            for (int i = 0; i < q.size(); i++) {
+                if (q.get(i).exprId().equals(((Attribute) e).exprId())) {
+                    return new GetStructField(x, i, Option.apply(st.fields()[i].name()));
                 }
-                return null;
             }
-        });
+            return null;
+        }));
         List<NamedExpression> vars = new ArrayList<>(List.of(x));
         if (index != null) vars.add(index);
-        return new LambdaFunction(fn, AiCalls.seq(vars), false);
+        return new LambdaFunction(fn, Catalyst.seq(vars), false);
     }
 
     /** The condition with each AI call read from its answers at the partner's index. */
     private static Expression replaceCalls(Expression cond, List<PythonUDF> calls, List<Alias> answers,
                                            NamedLambdaVariable index) {
-        return cond.transform(new Rewrite() {
-            @Override
-            Expression rewrite(Expression e) {
-                for (int k = 0; k < calls.size(); k++) {
-                    if (AiCalls.same(calls.get(k), e)) {
-                        return new GetArrayItem(answers.get(k).toAttribute(), index, false);
-                    }
+        return cond.transform(new Rewrite<Expression>(e -> {
+            for (int k = 0; k < calls.size(); k++) {
+                if (AiCalls.same(calls.get(k), e)) {
+                    return new GetArrayItem(answers.get(k).toAttribute(), index, false);
                 }
-                return null;
             }
-        });
+            return null;
+        }));
     }
 
     static Alias alias(Expression e, String name) {
@@ -378,38 +363,20 @@ final class PartnerMatch {
 
     /** An alias with a given id (a rewritten plan keeps the ids its parents read). */
     static Alias alias(Expression e, String name, ExprId id) {
-        return new Alias(e, name, id, AiCalls.seq(new ArrayList<String>()), Option.empty(),
-            AiCalls.seq(new ArrayList<String>()));
+        return new Alias(e, name, id, Catalyst.seq(new ArrayList<String>()), Option.empty(),
+            Catalyst.seq(new ArrayList<String>()));
     }
 
     /** Project [child's preserved columns ++ extra] over child. */
     static LogicalPlan project(LogicalPlan preserved, List<? extends NamedExpression> extra, LogicalPlan child) {
         List<NamedExpression> cols = new ArrayList<>(CollectionConverters.asJava(preserved.output()));
         cols.addAll(extra);
-        return new Project(AiCalls.seq(cols), child);
+        return new Project(Catalyst.seq(cols), child);
     }
 
     private static List<NamedExpression> concat(List<? extends NamedExpression> a, List<? extends NamedExpression> b) {
         List<NamedExpression> out = new ArrayList<>(a);
         out.addAll(b);
         return out;
-    }
-
-    /** A partial function for Expression.transform from Java: null leaves the node as it is. */
-    abstract static class Rewrite extends AbstractPartialFunction<Expression, Expression> {
-        abstract Expression rewrite(Expression e);
-
-        @Override
-        public boolean isDefinedAt(Expression e) {
-            return rewrite(e) != null;
-        }
-
-        @Override
-        public <A1 extends Expression, B1> B1 applyOrElse(A1 e, scala.Function1<A1, B1> dflt) {
-            Expression out = rewrite(e);
-            @SuppressWarnings("unchecked")
-            B1 b = out != null ? (B1) out : dflt.apply(e);
-            return b;
-        }
     }
 }

@@ -70,7 +70,7 @@ public class QuailAiJoin extends AiRule {
         List<List<Object[]>> bounds = new ArrayList<>();  // per predicate: its score comparisons, [op, bound]
         // per predicate: ai_score(...) compared with a column (Spark compares each pair's score), else null
         List<AiCalls.Compared> againstColumns = new ArrayList<>();
-        for (Expression c : AiCalls.conjuncts(j.condition().get())) {
+        for (Expression c : Catalyst.conjuncts(j.condition().get())) {
             AiCalls.Predicate p = AiCalls.predicate(c);
             if (p == null) p = AiCalls.scoreCompared(c);  // ai_score(...) > x, < x ...: the same prompt, its P(yes) compared
             AiCalls.Compared column = p == null ? AiCalls.scoreAgainstColumn(c) : null;
@@ -103,13 +103,13 @@ public class QuailAiJoin extends AiRule {
             Expression call;
             if (column != null) {  // the score of each pair, compared with its column by Spark
                 Expression other = column.bound();
-                Expression score = AiCalls.call(session, AiCalls.JOIN_SCORE,
+                Expression score = Catalyst.call(session, AiCalls.JOIN_SCORE,
                         a.args(List.of(), column.op() + " " + other.sql()));
                 if (score == null) return j;
                 call = column.comparison().withNewChildren(
-                        AiCalls.seq(column.scoreLeft() ? List.of(score, other) : List.of(other, score)));
+                        Catalyst.seq(column.scoreLeft() ? List.of(score, other) : List.of(other, score)));
             } else {
-                call = AiCalls.call(session, AiCalls.JOIN, a.args(bounds.get(k), null));
+                call = Catalyst.call(session, AiCalls.JOIN, a.args(bounds.get(k), null));
                 if (call == null) return j;
             }
             calls.add(call);
@@ -121,9 +121,9 @@ public class QuailAiJoin extends AiRule {
             Option<HintInfo> bc = Option.apply(new HintInfo(Option.<JoinStrategyHint>apply(BROADCAST$.MODULE$)));
             hint = broadcastLeft ? new JoinHint(bc, Option.empty()) : new JoinHint(Option.empty(), bc);
         }
-        Option<Expression> cond = rest.isEmpty() ? Option.empty() : Option.apply(AiCalls.and(rest));
+        Option<Expression> cond = rest.isEmpty() ? Option.empty() : Option.apply(Catalyst.and(rest));
         Join inner = new Join(j.left(), j.right(), j.joinType(), cond, hint);
-        return new Filter(AiCalls.and(calls), inner);
+        return new Filter(Catalyst.and(calls), inner);
     }
 
     /**
@@ -246,7 +246,7 @@ public class QuailAiJoin extends AiRule {
             if (order != null) spec.set("join_order", order);
             if (pairs != null) spec.put("pairs", Json.figure(pairs));
             List<Expression> args = new ArrayList<>();
-            args.add(AiCalls.literal(Json.text(spec)));
+            args.add(Catalyst.literal(Json.text(spec)));
             args.addAll(p.columns);
             return args;
         }

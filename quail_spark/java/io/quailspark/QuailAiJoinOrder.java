@@ -2,7 +2,6 @@ package io.quailspark;
 
 import java.util.ArrayList;
 import java.util.List;
-import java.util.Locale;
 
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.catalyst.expressions.Attribute;
@@ -118,7 +117,7 @@ public class QuailAiJoinOrder extends AiRule {
         LogicalPlan out = build(best, tables, edges, local, json, priced);
         List<Attribute> want = CollectionConverters.asJava(p.output());
         if (want.equals(CollectionConverters.asJava(out.output()))) return out;
-        return new Project(AiCalls.seq(new ArrayList<NamedExpression>(want)), out);
+        return new Project(Catalyst.seq(new ArrayList<NamedExpression>(want)), out);
     }
 
     /**
@@ -139,7 +138,7 @@ public class QuailAiJoinOrder extends AiRule {
             Join j = (Join) p;
             if (j.hint().leftHint().isDefined() || j.hint().rightHint().isDefined()) return false;
             if (!flatten(j.left(), tables, conds) || !flatten(j.right(), tables, conds)) return false;
-            if (j.condition().isDefined()) conds.addAll(AiCalls.conjuncts(j.condition().get()));
+            if (j.condition().isDefined()) conds.addAll(Catalyst.conjuncts(j.condition().get()));
             return true;
         }
         tables.add(p);
@@ -287,7 +286,7 @@ public class QuailAiJoinOrder extends AiRule {
                     pending.remove(c);
                 }
             }
-            Option<Expression> cond = here.isEmpty() ? Option.empty() : Option.apply(AiCalls.and(here));
+            Option<Expression> cond = here.isEmpty() ? Option.empty() : Option.apply(Catalyst.and(here));
             cur = new Join(cur, right, Inner$.MODULE$, cond, JoinHint.NONE());
         }
         return cur;
@@ -296,6 +295,6 @@ public class QuailAiJoinOrder extends AiRule {
     /** The AI predicate with {@code join_order} and {@code join_priced} added to its hint (a struct; one
      * made when it has none). */
     private static Expression withOrder(Expression cond, String json, String priced) {
-        return AiCalls.withHint(AiCalls.withHint(cond, FIELD, AiCalls.literal(json)), PRICED, AiCalls.literal(priced));
+        return AiCalls.withHint(AiCalls.withHint(cond, FIELD, Catalyst.literal(json)), PRICED, Catalyst.literal(priced));
     }
 }

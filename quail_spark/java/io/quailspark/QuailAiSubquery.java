@@ -5,7 +5,6 @@ import java.util.List;
 
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.catalyst.expressions.ArrayExists;
-import org.apache.spark.sql.catalyst.expressions.Attribute;
 import org.apache.spark.sql.catalyst.expressions.AttributeSet;
 import org.apache.spark.sql.catalyst.expressions.EqualTo;
 import org.apache.spark.sql.catalyst.expressions.Exists;
@@ -14,7 +13,6 @@ import org.apache.spark.sql.catalyst.expressions.GetStructField;
 import org.apache.spark.sql.catalyst.expressions.If;
 import org.apache.spark.sql.catalyst.expressions.InSubquery;
 import org.apache.spark.sql.catalyst.expressions.LambdaFunction;
-import org.apache.spark.sql.catalyst.expressions.ListQuery;
 import org.apache.spark.sql.catalyst.expressions.Literal;
 import org.apache.spark.sql.catalyst.expressions.NamedExpression;
 import org.apache.spark.sql.catalyst.expressions.NamedExpression$;
@@ -64,7 +62,7 @@ public class QuailAiSubquery extends AiRule {
         if (p instanceof Filter) {
             Filter f = (Filter) p;
             Rewritten r = rewritten(List.of(f.condition()), f.child());
-            return r == null ? p : new Project(AiCalls.seq(new ArrayList<NamedExpression>(
+            return r == null ? p : new Project(Catalyst.seq(new ArrayList<NamedExpression>(
                 CollectionConverters.asJava(f.child().output()))), new Filter(r.exprs.get(0), r.child));
         }
         if (p instanceof Project) {  // EXISTS / IN as a column of a SELECT list
@@ -75,7 +73,7 @@ public class QuailAiSubquery extends AiRule {
             if (r == null) return p;
             List<NamedExpression> named = new ArrayList<>();
             for (Expression e : r.exprs) named.add((NamedExpression) e);
-            return new Project(AiCalls.seq(named), r.child);
+            return new Project(Catalyst.seq(named), r.child);
         }
         return p;
     }
@@ -99,16 +97,11 @@ public class QuailAiSubquery extends AiRule {
         for (Expression sub = target(out, child); sub != null; sub = target(out, child)) {
             Expression found = sub;
             LogicalPlan subPlan = found instanceof Exists ? ((Exists) found).plan() : ((InSubquery) found).query().plan();
-            PartnerMatch m = PartnerMatch.build(session, child, subPlan, AiCalls.and(joinCond(found)));
+            PartnerMatch m = PartnerMatch.build(session, child, subPlan, Catalyst.and(joinCond(found)));
             if (m == null) break;
             Expression replacement = found instanceof Exists ? QuailOuterJoin.hasMatch(m, true) : in(m, (InSubquery) found);
             for (int i = 0; i < out.size(); i++) {
-                out.set(i, out.get(i).transform(new PartnerMatch.Rewrite() {
-                    @Override
-                    Expression rewrite(Expression e) {
-                        return e == found ? replacement : null;
-                    }
-                }));
+                out.set(i, out.get(i).transform(new Rewrite<Expression>(e -> e == found ? replacement : null)));
             }
             child = m.plan;
             changed = true;
@@ -142,9 +135,9 @@ public class QuailAiSubquery extends AiRule {
             return false;
         }
         List<Expression> jc = joinCond(e);
-        if (jc.isEmpty() || !PartnerMatch.applies(AiCalls.and(jc))) return false;
+        if (jc.isEmpty() || !PartnerMatch.applies(Catalyst.and(jc))) return false;
         AttributeSet both = child.outputSet().$plus$plus(sub.outputSet());
-        return AiCalls.and(jc).references().subsetOf(both);
+        return Catalyst.and(jc).references().subsetOf(both);
     }
 
     private static List<Expression> joinCond(Expression e) {
@@ -163,8 +156,8 @@ public class QuailAiSubquery extends AiRule {
         for (int i = 0; i < values.size(); i++) {
             equal.add(new EqualTo(new GetStructField(x, i, Option.empty()), values.get(i)));
         }
-        Expression any = new ArrayExists(m.matched, new LambdaFunction(AiCalls.and(equal),
-            AiCalls.seq(List.<NamedExpression>of(x)), false), true);
+        Expression any = new ArrayExists(m.matched, new LambdaFunction(Catalyst.and(equal),
+            Catalyst.seq(List.<NamedExpression>of(x)), false), true);
         return new If(QuailOuterJoin.hasMatch(m, false), Literal.create(false, BooleanType$.MODULE$), any);
     }
 }

@@ -36,7 +36,7 @@ final class QuailAnchorHint extends Rule<LogicalPlan> {
 
     @Override
     public LogicalPlan apply(LogicalPlan plan) {
-        return plan.resolveExpressions(new AiCalls.ExpressionRewrite(QuailAnchorHint::resolved));
+        return plan.resolveExpressions(new Rewrite<Expression>(QuailAnchorHint::resolved));
     }
 
     /** The AI call with anchor_arg added to its struct hint, or null when there is nothing to add. */
@@ -66,10 +66,10 @@ final class QuailAnchorHint extends Rule<LogicalPlan> {
             }
         }
         if (hit < 0) throw error(udf, anchor, cols, "names none of its columns");
-        kv.add(AiCalls.literal(FIELD));
+        kv.add(Catalyst.literal(FIELD));
         kv.add(Literal$.MODULE$.apply(hit));
-        args.set(args.size() - 1, new CreateNamedStruct(AiCalls.seq(kv)));
-        return udf.withNewChildren(AiCalls.seq(args));
+        args.set(args.size() - 1, new CreateNamedStruct(Catalyst.seq(kv)));
+        return udf.withNewChildren(Catalyst.seq(args));
     }
 
     /** The column's attributes (an outer query's too, in a correlated subquery) come from the table alias
@@ -95,7 +95,7 @@ final class QuailAnchorHint extends Rule<LogicalPlan> {
     private static RuntimeException error(PythonUDF udf, String anchor, List<Expression> cols, String what) {
         List<String> sql = new ArrayList<>();
         for (Expression c : cols) sql.add(c.sql());
-        return AiCalls.analysisError(udf.name().toLowerCase(Locale.ROOT) + ": the anchor hint '" + anchor + "' "
+        return Catalyst.analysisError(udf.name().toLowerCase(Locale.ROOT) + ": the anchor hint '" + anchor + "' "
             + what + " (" + String.join(", ", sql) + "); expected a table alias or column name of exactly one");
     }
 }

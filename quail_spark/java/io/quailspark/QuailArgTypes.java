@@ -74,7 +74,7 @@ final class QuailArgTypes extends AbstractFunction1<LogicalPlan, BoxedUnit> {
         String name = kind.equals("extract") ? AiExtractFunction.NAME : udf.name().toLowerCase(Locale.ROOT);
         List<Expression> args = CollectionConverters.asJava(udf.children());
         int end = args.size();
-        if (end > 0 && AiCalls.isHint(args.get(end - 1).dataType())) {
+        if (end > 0 && Hints.isHint(args.get(end - 1).dataType())) {
             end--;
             checkHint(name, kind, args.get(end));
         }
@@ -92,10 +92,10 @@ final class QuailArgTypes extends AbstractFunction1<LogicalPlan, BoxedUnit> {
             if (end == 1) first = 0;  // ai_classify(col, labels): no template
         }
         if (end - first < 1) {
-            throw AiCalls.analysisError(name + ": expected " + (first == 1 ? "a template and " : "")
+            throw Catalyst.analysisError(name + ": expected " + (first == 1 ? "a template and " : "")
                 + "at least one column argument, got " + args.size() + " argument(s)"
                 + (args.isEmpty() ? "" : " (" + sqlOf(args) + ")")
-                + (end < args.size() && AiCalls.isHint(args.get(args.size() - 1).dataType())
+                + (end < args.size() && Hints.isHint(args.get(args.size() - 1).dataType())
                     ? "; the last one, a map or struct, is the hint" : ""));
         }
         if (first == 1) checkTemplate(name, kind, args.get(0), end - 1);
@@ -104,7 +104,7 @@ final class QuailArgTypes extends AbstractFunction1<LogicalPlan, BoxedUnit> {
             DataType t = a.dataType();
             if (!isText(t)) {
                 String sql = a.sql();
-                throw AiCalls.analysisError(name + ": argument " + (i + 1) + " (" + sql + ") is " + t.sql()
+                throw Catalyst.analysisError(name + ": argument " + (i + 1) + " (" + sql + ") is " + t.sql()
                     + "; a document argument must be a string: write CAST(" + sql + " AS STRING)");
             }
         }
@@ -122,7 +122,7 @@ final class QuailArgTypes extends AbstractFunction1<LogicalPlan, BoxedUnit> {
         java.util.Set<Integer> want = new java.util.TreeSet<>();
         for (int i = 0; i < n; i++) want.add(i);
         if (!used.equals(want)) {
-            throw AiCalls.analysisError(name + ": template '" + v + "' must use placeholders {0}..{" + (n - 1)
+            throw Catalyst.analysisError(name + ": template '" + v + "' must use placeholders {0}..{" + (n - 1)
                 + "}, one per column argument (" + n + "); found " + (used.isEmpty() ? "none" : used.toString()));
         }
     }
@@ -143,12 +143,12 @@ final class QuailArgTypes extends AbstractFunction1<LogicalPlan, BoxedUnit> {
         List<String> text = new ArrayList<>();
         for (int i = 0; i < a.numElements(); i++) {
             if (a.isNullAt(i)) {
-                throw AiCalls.analysisError("ai_classify: label " + (i + 1) + " of " + labels.sql()
+                throw Catalyst.analysisError("ai_classify: label " + (i + 1) + " of " + labels.sql()
                     + " is NULL; the labels must be strings");
             }
             text.add(String.valueOf(a.get(i, t)));
         }
-        if (text.size() < 2) throw AiCalls.analysisError("ai_classify: expected at least 2 labels, got " + text);
+        if (text.size() < 2) throw Catalyst.analysisError("ai_classify: expected at least 2 labels, got " + text);
     }
 
     /** ai_summarize(col[, max_words]): a text column and a whole number of words >= 1;
@@ -156,13 +156,13 @@ final class QuailArgTypes extends AbstractFunction1<LogicalPlan, BoxedUnit> {
     private static void checkDecode(String name, String kind, List<Expression> args) {
         int n = kind.equals("summarize") ? 2 : 3;
         if (args.isEmpty() || args.size() > n || (kind.equals("extract") && args.size() != 3)) {
-            throw AiCalls.analysisError(name + ": expected " + (kind.equals("summarize") ? "(column[, max_words])"
+            throw Catalyst.analysisError(name + ": expected " + (kind.equals("summarize") ? "(column[, max_words])"
                 : "(column, schema[, instruction][, hint])") + ", got " + args.size() + " argument(s)"
                 + (args.isEmpty() ? "" : " (" + sqlOf(args) + ")"));
         }
         Expression doc = args.get(0);
         if (!isText(doc.dataType())) {
-            throw AiCalls.analysisError(name + ": argument 1 (" + doc.sql() + ") is " + doc.dataType().sql()
+            throw Catalyst.analysisError(name + ": argument 1 (" + doc.sql() + ") is " + doc.dataType().sql()
                 + "; a document argument must be a string: write CAST(" + doc.sql() + " AS STRING)");
         }
         if (kind.equals("summarize") && args.size() == 2) {
@@ -170,7 +170,7 @@ final class QuailArgTypes extends AbstractFunction1<LogicalPlan, BoxedUnit> {
             Object v = w.foldable() ? w.eval(null) : null;
             if (!(w.dataType() instanceof org.apache.spark.sql.types.IntegralType) || !(v instanceof Number)
                     || ((Number) v).longValue() < 1) {
-                throw AiCalls.analysisError(name + ": argument 2 (max_words, " + w.sql()
+                throw Catalyst.analysisError(name + ": argument 2 (max_words, " + w.sql()
                     + ") expected a literal whole number >= 1");
             }
         }
@@ -181,9 +181,9 @@ final class QuailArgTypes extends AbstractFunction1<LogicalPlan, BoxedUnit> {
         boolean decode = kind.equals("generate") || kind.equals("summarize") || kind.equals("extract");
         String known = decode ? (kind.equals("generate") ? "max_tokens, stop, anchor, tokens, tokens_1, ..."
             : kind.equals("extract") ? "max_tokens, tokens" : "none") : "selectivity, anchor, tokens, tokens_1, tokens_2, ...";
-        for (Map.Entry<String, String> h : AiCalls.hints(hint).entrySet()) {
+        for (Map.Entry<String, String> h : Hints.read(hint).entrySet()) {
             String key = h.getKey(), value = h.getValue();
-            Double x = AiCalls.number(value);
+            Double x = Hints.number(value);
             String expected = null;
             boolean ok = true;
             if (key.equals("selectivity")) {
@@ -205,11 +205,11 @@ final class QuailArgTypes extends AbstractFunction1<LogicalPlan, BoxedUnit> {
                     || key.equals(QuailAiJoinOrder.PRICED);
             }
             if (!ok) {
-                throw AiCalls.analysisError(name + ": hint '" + key + "': unknown hint of " + name
+                throw Catalyst.analysisError(name + ": hint '" + key + "': unknown hint of " + name
                     + "; expected one of " + known);
             }
             if (expected != null) {
-                throw AiCalls.analysisError(name + ": hint '" + key + "': expected " + expected + ", got " + value);
+                throw Catalyst.analysisError(name + ": hint '" + key + "': expected " + expected + ", got " + value);
             }
         }
     }

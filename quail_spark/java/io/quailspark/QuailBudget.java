@@ -44,39 +44,30 @@ final class QuailBudget extends Rule<LogicalPlan> {
             if (s.has("budget")) query = s.path("budget").path("query").asText();
         }
         if (requested > limit) {
-            throw AiCalls.analysisError(String.format(Locale.ROOT, "quail: the query's AI operators are estimated to "
+            throw Catalyst.analysisError(String.format(Locale.ROOT, "quail: the query's AI operators are estimated to "
                 + "request %,.0f tokens, more than %s=%,d; raise the budget, or narrow the query (a WHERE before "
                 + "the AI calls, a LIMIT)", requested, CONF, limit));
         }
         com.fasterxml.jackson.databind.node.ObjectNode budget = Json.object();
         budget.put("max_tokens", limit);
         budget.put("query", query != null ? query : UUID.randomUUID().toString());
-        return plan.transformAllExpressionsWithSubqueries(new scala.runtime.AbstractPartialFunction<Expression, Expression>() {
-            @Override
-            public boolean isDefinedAt(Expression e) {
-                JsonNode s = Json.read(spec(e));
-                return s != null && s.isObject() && !s.has("budget");
-            }
-
-            @Override
-            public Expression apply(Expression e) {
-                JsonNode s = Json.read(spec(e));
-                if (s == null || !s.isObject() || s.has("budget")) return e;
-                com.fasterxml.jackson.databind.node.ObjectNode with = ((com.fasterxml.jackson.databind.node.ObjectNode) s)
-                    .deepCopy();
-                with.set("budget", budget);
-                List<Expression> kids = new ArrayList<>(CollectionConverters.asJava(e.children()));
-                kids.set(0, AiCalls.literal(Json.text(with)));
-                return e.withNewChildren(CollectionConverters.asScala(kids).toSeq());
-            }
-        });
+        return plan.transformAllExpressionsWithSubqueries(new Rewrite<Expression>(e -> {
+            JsonNode s = Json.read(spec(e));
+            if (s == null || !s.isObject() || s.has("budget")) return null;
+            com.fasterxml.jackson.databind.node.ObjectNode with = ((com.fasterxml.jackson.databind.node.ObjectNode) s)
+                .deepCopy();
+            with.set("budget", budget);
+            List<Expression> kids = new ArrayList<>(CollectionConverters.asJava(e.children()));
+            kids.set(0, Catalyst.literal(Json.text(with)));
+            return e.withNewChildren(CollectionConverters.asScala(kids).toSeq());
+        }));
     }
 
     static long limit() {
         try {
             return Long.parseLong(SQLConf.get().getConfString(CONF, "0").trim());
         } catch (NumberFormatException e) {
-            throw AiCalls.analysisError(CONF + ": expected a whole number of tokens, got "
+            throw Catalyst.analysisError(CONF + ": expected a whole number of tokens, got "
                 + SQLConf.get().getConfString(CONF, ""));
         }
     }

@@ -48,14 +48,11 @@ final class QuailEvaluateOnce extends Rule<LogicalPlan> {
     @Override
     public LogicalPlan apply(LogicalPlan plan) {
         if (!AiCalls.enabled()) return plan;
-        return plan.resolveOperatorsUp(new AiCalls.PlanRewrite() {
-            @Override
-            LogicalPlan rewrite(LogicalPlan p) {
-                if (!p.resolved()) return p;  // analysis failed below: the analyzer reports it
-                if (p instanceof Filter) return rewriteFilter((Filter) p);
-                return p instanceof Join ? rewriteJoin((Join) p) : p;
-            }
-        });
+        return plan.resolveOperatorsUp(new Rewrite<LogicalPlan>(p -> {
+            if (!p.resolved()) return p;  // analysis failed below: the analyzer reports it
+            if (p instanceof Filter) return rewriteFilter((Filter) p);
+            return p instanceof Join ? rewriteJoin((Join) p) : p;
+        }));
     }
 
     private static LogicalPlan rewriteFilter(Filter f) {
@@ -69,7 +66,7 @@ final class QuailEvaluateOnce extends Rule<LogicalPlan> {
         Set<ExprId> read = ids(j.condition().get());
         LogicalPlan left = held(j.left(), read), right = held(j.right(), read);
         if (left == j.left() && right == j.right()) return j;
-        return j.withNewChildren(AiCalls.seq(List.of(left, right)));
+        return j.withNewChildren(Catalyst.seq(List.of(left, right)));
     }
 
     /**
@@ -87,7 +84,7 @@ final class QuailEvaluateOnce extends Rule<LogicalPlan> {
                 boolean isRead = n instanceof Alias && read.contains(n.exprId());
                 if (isRead) readBelow.addAll(ids(e));
                 if (isRead && AiCalls.containsAi(e)) {
-                    Expression pinned = e.transformUp(new AiCalls.ExpressionRewrite(QuailKeepRepartition::pinned));
+                    Expression pinned = e.transformUp(new Rewrite<Expression>(QuailKeepRepartition::pinned));
                     changed |= pinned != e;
                     fields.add((NamedExpression) pinned);
                 } else {
@@ -96,14 +93,14 @@ final class QuailEvaluateOnce extends Rule<LogicalPlan> {
             }
             LogicalPlan below = held(project.child(), readBelow);
             if (!changed && below == project.child()) return p;
-            return new Project(AiCalls.seq(fields), below);
+            return new Project(Catalyst.seq(fields), below);
         }
         boolean through = QuailKeepRepartition.crossed(p) || p instanceof RepartitionOperation
             || p instanceof RebalancePartitions;
         if (!through) return p;
         LogicalPlan child = p.children().head();
         LogicalPlan below = held(child, read);
-        return below == child ? p : p.withNewChildren(AiCalls.seq(List.of(below)));
+        return below == child ? p : p.withNewChildren(Catalyst.seq(List.of(below)));
     }
 
     /** The expression ids of the attributes {@code e} reads. */

@@ -52,7 +52,7 @@ public class QuailFilterChain extends AiRule {
     private LogicalPlan rewriteFilter(Filter f) {
         List<Expression> relational = new ArrayList<>(), otherAi = new ArrayList<>();
         Map<Expression, List<AiCalls.Predicate>> byDoc = new LinkedHashMap<>();
-        for (Expression c : AiCalls.conjuncts(f.condition())) {
+        for (Expression c : Catalyst.conjuncts(f.condition())) {
             AiCalls.Predicate p = AiCalls.predicate(c);
             if (p != null && p.columns.size() == 1) {
                 Expression doc = p.columns.get(0).canonicalized();
@@ -64,7 +64,7 @@ public class QuailFilterChain extends AiRule {
             }
         }
         if (byDoc.isEmpty()) return f;
-        LogicalPlan child = relational.isEmpty() ? f.child() : new Filter(AiCalls.and(relational), f.child());
+        LogicalPlan child = relational.isEmpty() ? f.child() : new Filter(Catalyst.and(relational), f.child());
         AiCost model = AiCost.session();
         Double rows = AiCost.rows(child);
         List<Chain> chains = new ArrayList<>();
@@ -72,12 +72,12 @@ public class QuailFilterChain extends AiRule {
         chains.sort((a, b) -> Double.compare(a.rank, b.rank));
         List<Expression> top = new ArrayList<>();
         for (Chain ch : chains) {
-            Expression call = AiCalls.call(session, AiCalls.CHAIN, ch.args());
+            Expression call = Catalyst.call(session, AiCalls.CHAIN, ch.args());
             if (call == null) return f;
             top.add(call);
         }
         top.addAll(otherAi);
-        return new Filter(AiCalls.and(top), child);
+        return new Filter(Catalyst.and(top), child);
     }
 
     /** The predicates over one document in rank order, with the cost model's estimates. */
@@ -145,7 +145,7 @@ public class QuailFilterChain extends AiRule {
             }
             spec.set("cost", cost.node());
             List<Expression> args = new ArrayList<>();
-            args.add(AiCalls.literal(Json.text(spec)));
+            args.add(Catalyst.literal(Json.text(spec)));
             args.add(doc);
             return args;
         }

@@ -24,7 +24,6 @@ import org.apache.spark.sql.catalyst.plans.logical.Project;
 import org.apache.spark.sql.catalyst.plans.logical.Sort;
 import scala.Option;
 import scala.jdk.javaapi.CollectionConverters;
-import scala.runtime.AbstractPartialFunction;
 
 /**
  * The AI calls of a SELECT list, an aggregate, an ORDER BY (top-k) or a filter
@@ -95,7 +94,7 @@ public class QuailFuseCalls extends AiRule {
 
     private LogicalPlan project(Project p) {
         Fused f = fuse(list(p.projectList()), p.child());
-        return f == null ? p : new Project(AiCalls.seq(named(f.replace(list(p.projectList())))), f.below);
+        return f == null ? p : new Project(Catalyst.seq(named(f.replace(list(p.projectList())))), f.below);
     }
 
     private LogicalPlan aggregate(Aggregate a) {
@@ -105,23 +104,23 @@ public class QuailFuseCalls extends AiRule {
         Fused f = fuse(exprs, a.child());
         if (f == null) return a;
         List<Expression> out = f.replace(exprs);
-        return new Aggregate(AiCalls.seq(out.subList(0, n)), AiCalls.seq(named(out.subList(n, out.size()))),
+        return new Aggregate(Catalyst.seq(out.subList(0, n)), Catalyst.seq(named(out.subList(n, out.size()))),
                 f.below, a.hint());
     }
 
     /** The conjuncts with AI calls above the fused evaluation, the others below it. */
     private LogicalPlan filter(Filter flt) {
         List<Expression> ai = new ArrayList<>(), rest = new ArrayList<>();
-        for (Expression c : AiCalls.conjuncts(flt.condition())) {
+        for (Expression c : Catalyst.conjuncts(flt.condition())) {
             // other non-deterministic conjuncts keep their place above the sort; quail_chain / quail_join go below
             boolean internal = AiCalls.isInternal(c, AiCalls.CHAIN) || AiCalls.isInternal(c, AiCalls.JOIN);
             (AiCalls.containsAi(c) || !(c.deterministic() || internal) ? ai : rest).add(c);
         }
         if (ai.isEmpty()) return flt;
-        LogicalPlan child = rest.isEmpty() ? flt.child() : new Filter(AiCalls.and(rest), flt.child());
+        LogicalPlan child = rest.isEmpty() ? flt.child() : new Filter(Catalyst.and(rest), flt.child());
         Fused f = fuse(ai, child);
         if (f == null) return flt;
-        return new Project(AiCalls.seq(attrs(flt.output())), new Filter(AiCalls.and(f.replace(ai)), f.below));
+        return new Project(Catalyst.seq(attrs(flt.output())), new Filter(Catalyst.and(f.replace(ai)), f.below));
     }
 
     private LogicalPlan sort(Sort s) {
@@ -130,8 +129,8 @@ public class QuailFuseCalls extends AiRule {
         if (f == null) return s;
         List<SortOrder> replaced = new ArrayList<>();
         for (Expression e : f.replace(order)) replaced.add((SortOrder) e);
-        Sort sorted = new Sort(AiCalls.seq(replaced), s.global(), f.below, s.hint());
-        return new Project(AiCalls.seq(attrs(s.output())), sorted);
+        Sort sorted = new Sort(Catalyst.seq(replaced), s.global(), f.below, s.hint());
+        return new Project(Catalyst.seq(attrs(s.output())), sorted);
     }
 
     /** The fusable AI calls of {@code exprs}, one quail_eval per document over {@code child}; null if none. */
@@ -140,7 +139,7 @@ public class QuailFuseCalls extends AiRule {
         for (Expression e : exprs) {
             for (PythonUDF call : calls(e)) {
                 List<Expression> cols = columns(call);
-                if (cols.isEmpty() || AiCalls.columnHint(call)
+                if (cols.isEmpty() || Hints.fromColumns(call)
                     || !call.references().subsetOf(child.outputSet())) continue;
                 List<PythonUDF> group = byDoc.computeIfAbsent(cols.get(0).canonicalized(), k -> new ArrayList<>());
                 if (group.stream().noneMatch(y -> AiCalls.same(call, y))) group.add(call);
@@ -218,12 +217,12 @@ public class QuailFuseCalls extends AiRule {
             }
             est.into(spec);
             List<Expression> udfArgs = new ArrayList<>();
-            udfArgs.add(AiCalls.literal(Json.text(spec)));
+            udfArgs.add(Catalyst.literal(Json.text(spec)));
             udfArgs.addAll(args);
-            Expression eval = AiCalls.call(session, AiCalls.EVAL, udfArgs);
+            Expression eval = Catalyst.call(session, AiCalls.EVAL, udfArgs);
             if (eval == null) return false;
             Alias alias = new Alias(eval, AiCalls.EVAL, NamedExpression$.MODULE$.newExprId(),
-                    AiCalls.seq(new ArrayList<String>()), Option.empty(), AiCalls.seq(new ArrayList<String>()));
+                    Catalyst.seq(new ArrayList<String>()), Option.empty(), Catalyst.seq(new ArrayList<String>()));
             Attribute q = alias.toAttribute();
             for (int i = 0; i < group.size(); i++) {
                 int fld = field(group.get(i));
@@ -232,7 +231,7 @@ public class QuailFuseCalls extends AiRule {
             }
             List<NamedExpression> out = new ArrayList<>(attrs(below.output()));
             out.add(alias);
-            below = new Project(AiCalls.seq(out), localSort(group, below));
+            below = new Project(Catalyst.seq(out), localSort(group, below));
             return true;
         }
 
@@ -247,34 +246,22 @@ public class QuailFuseCalls extends AiRule {
             List<SortOrder> order = new ArrayList<>();
             for (Expression k : keys) {
                 order.add(new SortOrder(k, Ascending$.MODULE$, Ascending$.MODULE$.defaultNullOrdering(),
-                        AiCalls.seq(new ArrayList<Expression>())));
+                        Catalyst.seq(new ArrayList<Expression>())));
             }
-            return new Sort(AiCalls.seq(order), false, child, Option.empty());
+            return new Sort(Catalyst.seq(order), false, child, Option.empty());
         }
 
         /** {@code exprs} with every fused call replaced by its field of the struct. */
         List<Expression> replace(List<Expression> exprs) {
             List<Expression> out = new ArrayList<>();
             for (Expression e : exprs) {
-                out.add(e.transformUp(new AbstractPartialFunction<Expression, Expression>() {
-                    @Override
-                    public boolean isDefinedAt(Expression x) {
-                        return AiCalls.isAi(x) && calls.stream().anyMatch(y -> AiCalls.same(x, y));
+                out.add(e.transformUp(new Rewrite<Expression>(x -> {
+                    if (!AiCalls.isAi(x)) return null;
+                    for (int i = 0; i < calls.size(); i++) {
+                        if (AiCalls.same(calls.get(i), x)) return results.get(i);
                     }
-
-                    @Override
-                    public <A1 extends Expression, B1> B1 applyOrElse(A1 x, scala.Function1<A1, B1> dflt) {
-                        if (!isDefinedAt(x)) return dflt.apply(x);
-                        for (int i = 0; i < calls.size(); i++) {
-                            if (AiCalls.same(calls.get(i), x)) {
-                                @SuppressWarnings("unchecked")
-                                B1 r = (B1) results.get(i);
-                                return r;
-                            }
-                        }
-                        return dflt.apply(x);
-                    }
-                }));
+                    return null;
+                })));
             }
             return out;
         }
@@ -297,7 +284,7 @@ public class QuailFuseCalls extends AiRule {
             AiCost model = AiCost.session();
             doc = columns(group.get(0)).get(0);
             Double hinted = null;
-            for (PythonUDF c : group) if (hinted == null) hinted = AiCalls.number(AiCalls.hintsOf(c).get("tokens"));
+            for (PythonUDF c : group) if (hinted == null) hinted = Hints.number(Hints.of(c).get("tokens"));
             tokens = AiCost.docTokens(doc, child, hinted);
             Double known = AiCost.rows(child);
             rows = known != null ? known : AiCost.DEFAULT_ROWS;
@@ -309,7 +296,7 @@ public class QuailFuseCalls extends AiRule {
                 double ask = AiCalls.askedTokens(call);
                 for (int k = 1; k < cols.size(); k++) {
                     ask += AiCost.docTokens(cols.get(k), child,
-                        AiCalls.number(AiCalls.hintsOf(call).get("tokens_" + k))).tokens;
+                        Hints.number(Hints.of(call).get("tokens_" + k))).tokens;
                 }
                 AiCost.Cost one = AiCalls.isDecode(call)
                     ? model.decode(tokens.tokens, ask, i > 0, AiCalls.outputTokens(call),
@@ -335,7 +322,7 @@ public class QuailFuseCalls extends AiRule {
      * ai_summarize, ai_extract: the document is the question, as gpu_worker.ai_calls.Call reads them), else "". */
     private static String template(PythonUDF call) {
         Expression first = call.children().apply(0);
-        Object v = first.foldable() && !AiCalls.isHint(first.dataType()) ? first.eval(null) : null;
+        Object v = first.foldable() && !Hints.isHint(first.dataType()) ? first.eval(null) : null;
         if (v instanceof org.apache.spark.unsafe.types.UTF8String) return v.toString();
         String k = AiCalls.kind(call);
         return k.equals("classify") || k.equals("summarize") || k.equals("extract") ? "{0}" : "";

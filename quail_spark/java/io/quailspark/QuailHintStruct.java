@@ -34,7 +34,7 @@ final class QuailHintStruct extends Rule<LogicalPlan> {
     public LogicalPlan apply(LogicalPlan plan) {
         // resolveExpressions: the analyzer forbids transformUp/Down in its rules (checked under
         // SPARK_TESTING); subquery plans are analyzed on their own and meet this rule there.
-        return plan.resolveExpressions(new AiCalls.ExpressionRewrite(QuailHintStruct::rewritten));
+        return plan.resolveExpressions(new Rewrite<Expression>(QuailHintStruct::rewritten));
     }
 
     /** The AI call with its map hint as a struct, or null when there is nothing to rewrite. */
@@ -51,7 +51,7 @@ final class QuailHintStruct extends Rule<LogicalPlan> {
             if (!(v instanceof Literal)) return null;  // not a hint of literals: leave it to the function
             fields.add(v);
         }
-        args.set(args.size() - 1, new CreateNamedStruct(AiCalls.seq(fields)));
-        return udf.withNewChildren(AiCalls.seq(args));
+        args.set(args.size() - 1, new CreateNamedStruct(Catalyst.seq(fields)));
+        return udf.withNewChildren(Catalyst.seq(args));
     }
 }

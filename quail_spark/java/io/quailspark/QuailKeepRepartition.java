@@ -40,16 +40,13 @@ final class QuailKeepRepartition extends Rule<LogicalPlan> {
 
     @Override
     public LogicalPlan apply(LogicalPlan plan) {
-        return plan.resolveOperatorsUp(new AiCalls.PlanRewrite() {
-            @Override
-            LogicalPlan rewrite(LogicalPlan p) {
-                if (!(p instanceof Filter) || !p.resolved()) return p;  // an unresolved plan: the analyzer reports it
-                Filter f = (Filter) p;
-                if (!AiCalls.containsAi(f.condition()) || !overRepartition(f.child())) return p;
-                Expression kept = f.condition().transformUp(new AiCalls.ExpressionRewrite(QuailKeepRepartition::pinned));
-                return kept == f.condition() ? p : new Filter(kept, f.child());
-            }
-        });
+        return plan.resolveOperatorsUp(new Rewrite<LogicalPlan>(p -> {
+            if (!(p instanceof Filter) || !p.resolved()) return p;  // an unresolved plan: the analyzer reports it
+            Filter f = (Filter) p;
+            if (!AiCalls.containsAi(f.condition()) || !overRepartition(f.child())) return p;
+            Expression kept = f.condition().transformUp(new Rewrite<Expression>(QuailKeepRepartition::pinned));
+            return kept == f.condition() ? p : new Filter(kept, f.child());
+        }));
     }
 
     /** A shuffling repartition under {@code p}, through the nodes Spark pushes a filter across. */

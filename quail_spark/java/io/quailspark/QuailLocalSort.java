@@ -52,7 +52,7 @@ public class QuailLocalSort extends AiRule {
 
     private static LogicalPlan sortUnder(Filter f) {
         List<Expression> keys = new ArrayList<>();
-        for (Expression c : AiCalls.conjuncts(f.condition())) {
+        for (Expression c : Catalyst.conjuncts(f.condition())) {
             PythonUDF call = AiCalls.isInternal(c, AiCalls.CHAIN) || AiCalls.isInternal(c, AiCalls.JOIN)
                 ? (PythonUDF) c : AiCalls.comparedJoinScore(c);  // quail_join_score(...) > column: its pairs too
             if (call != null) {
@@ -64,9 +64,9 @@ public class QuailLocalSort extends AiRule {
         List<SortOrder> order = new ArrayList<>();
         for (Expression k : keys) {
             order.add(new SortOrder(k, Ascending$.MODULE$, Ascending$.MODULE$.defaultNullOrdering(),
-                    AiCalls.seq(new ArrayList<Expression>())));
+                    Catalyst.seq(new ArrayList<Expression>())));
         }
-        return new Filter(f.condition(), new Sort(AiCalls.seq(order), false, f.child(), Option.empty()));
+        return new Filter(f.condition(), new Sort(Catalyst.seq(order), false, f.child(), Option.empty()));
     }
 
     private static boolean sortedBy(LogicalPlan child, List<Expression> keys) {

@@ -85,7 +85,7 @@ public class QuailOuterJoin extends AiRule {
             out = m == null ? null : withPartners(m, true);
             if (out != null && t == FullOuter$.MODULE$) {
                 PartnerMatch back = PartnerMatch.build(session, j.right(), j.left(), cond);
-                out = back == null ? null : new Union(AiCalls.seq(List.of(out, unmatched(back, j.left()))), false, false);
+                out = back == null ? null : new Union(Catalyst.seq(List.of(out, unmatched(back, j.left()))), false, false);
             }
         }
         return out == null ? j : out;
@@ -94,9 +94,9 @@ public class QuailOuterJoin extends AiRule {
     /** Each preserved row once per matched partner, or once with NULL partner columns (explode_outer). */
     private static LogicalPlan withPartners(PartnerMatch m, boolean preservedLeft) {
         Attribute p = new AttributeReference("quail_partner", ((ArrayType) m.matched.dataType()).elementType(), true,
-            Metadata.empty(), NamedExpression$.MODULE$.newExprId(), AiCalls.seq(new ArrayList<String>()));
-        LogicalPlan rows = new Generate(new Explode(m.matched), AiCalls.seq(new ArrayList<Object>()), true,
-            Option.empty(), AiCalls.seq(List.<Attribute>of(p)), m.plan);
+            Metadata.empty(), NamedExpression$.MODULE$.newExprId(), Catalyst.seq(new ArrayList<String>()));
+        LogicalPlan rows = new Generate(new Explode(m.matched), Catalyst.seq(new ArrayList<Object>()), true,
+            Option.empty(), Catalyst.seq(List.<Attribute>of(p)), m.plan);
         List<NamedExpression> partner = new ArrayList<>();
         for (int i = 0; i < m.partner.size(); i++) {
             Attribute a = m.partner.get(i);
@@ -111,12 +111,12 @@ public class QuailOuterJoin extends AiRule {
             cols.addAll(partner);
             cols.addAll(preserved);
         }
-        return new Project(AiCalls.seq(cols), rows);
+        return new Project(Catalyst.seq(cols), rows);
     }
 
     /** The preserved rows with (semi) or without (anti) a match. */
     static LogicalPlan keep(PartnerMatch m, boolean withMatch, scala.collection.immutable.Seq<Attribute> output) {
-        return new Project(AiCalls.seq(new ArrayList<NamedExpression>(CollectionConverters.asJava(output))),
+        return new Project(Catalyst.seq(new ArrayList<NamedExpression>(CollectionConverters.asJava(output))),
             new Filter(hasMatch(m, withMatch), m.plan));
     }
 
@@ -133,7 +133,7 @@ public class QuailOuterJoin extends AiRule {
             cols.add(PartnerMatch.alias(Literal.create(null, a.dataType()), a.name()));
         }
         cols.addAll(preservedOutput(back));
-        return new Project(AiCalls.seq(cols), new Filter(hasMatch(back, false), back.plan));
+        return new Project(Catalyst.seq(cols), new Filter(hasMatch(back, false), back.plan));
     }
 
     private static List<Attribute> preservedOutput(PartnerMatch m) {

@@ -60,21 +60,21 @@ public class QuailPushBelowAi extends AiRule {
         }
         if (aiColumns.isEmpty()) return p;  // Spark's own push-down handles a deterministic projection
         List<Expression> keep = new ArrayList<>(), push = new ArrayList<>();
-        for (Expression c : AiCalls.conjuncts(f.condition())) {
+        for (Expression c : Catalyst.conjuncts(f.condition())) {
             Expression written = writeOut(c, others);
             boolean below = Collections.disjoint(QuailEvaluateOnce.ids(c), aiColumns) && c.deterministic()
                 && written.deterministic() && written.references().subsetOf(project.child().outputSet());
             if (below) push.add(written); else keep.add(c);
         }
         if (push.isEmpty()) return p;
-        LogicalPlan grand = new Filter(AiCalls.and(push), project.child());
-        LogicalPlan moved = project.withNewChildren(AiCalls.seq(List.of(grand)));
-        return keep.isEmpty() ? moved : new Filter(AiCalls.and(keep), moved);
+        LogicalPlan grand = new Filter(Catalyst.and(push), project.child());
+        LogicalPlan moved = project.withNewChildren(Catalyst.seq(List.of(grand)));
+        return keep.isEmpty() ? moved : new Filter(Catalyst.and(keep), moved);
     }
 
     /** {@code e} with the attributes of {@code aliases} replaced by the expressions they name. */
     static Expression writeOut(Expression e, Map<ExprId, Expression> aliases) {
-        return e.transformUp(new AiCalls.ExpressionRewrite(x ->
+        return e.transformUp(new Rewrite<Expression>(x ->
             x instanceof Attribute && aliases.containsKey(((Attribute) x).exprId())
                 ? aliases.get(((Attribute) x).exprId()) : null));
     }
