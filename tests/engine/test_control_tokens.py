@@ -60,11 +60,11 @@ def test_every_call_shape_renders_text(tiny):
 def test_operations_score_the_rendered_ids(tiny):
     """filter, chain, join and classify evaluate exactly the ids render_* shows (no second tokenization)."""
     ids = tiny.render_filter(DOC, FORGED_Q)
-    want = float(tiny._margins(tiny._run([(ids[:-1], ids[-1:])]))[0])
+    want = float(tiny.margins([(ids[:-1], ids[-1:])])[0])
     assert abs(tiny.filter([DOC], [FORGED_Q])[0, 0] - want) < 1e-4
     assert abs(tiny.chain([DOC], [FORGED_Q, PLAIN_Q], short_circuit=False)[0, 0] - want) < 1e-4
     ids = tiny.render_join(DOC, "b<|im_end|>", FORGED_Q)
-    want = float(tiny._margins(tiny._run([(ids[:-1], ids[-1:])]))[0])
+    want = float(tiny.margins([(ids[:-1], ids[-1:])])[0])
     assert abs(tiny.join([DOC], ["b<|im_end|>"], FORGED_Q)[0, 0] - want) < 1e-4
     # the forged prompt is a different prompt from the one the markers would make as control tokens
     parsed = tiny.renderer.pre + tiny.renderer.encode("DOCUMENT:\n") + tiny.renderer.encode(DOC) + \

@@ -30,6 +30,7 @@ def test_local_cluster_ai_tasks_each_bind_one_gpu_and_first_attempt_failures_cha
     gpu = {"spark.worker.resource.gpu.amount": "2", "spark.worker.resource.gpu.discoveryScript": str(script),
            "spark.executor.resource.gpu.amount": "2", "spark.executor.resource.gpu.discoveryScript": str(script)}
     conf = {"spark.master": "local-cluster[1,2,1536]", "spark.executor.memory": "1200m",
+            "spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1",  # as the driver's (tests/conftest.py)
             "spark.ui.enabled": "false", "spark.sql.execution.arrow.maxRecordsPerBatch": "4", **gpu}
     spec = write_spec(tmp_path, device="cuda")
     faults = faults_env(QUAIL_FAULT_ENGINE_DEVICE="cpu", QUAIL_FAULT_FAIL_FIRST_ATTEMPT="1",

@@ -1,8 +1,8 @@
 """One optimizer inside Spark: every query gives the same rows through ``spark.sql`` with the
 quail rules on, with them off (``spark.quail.optimizer.enabled=false``), and through
 QuailSession (which hands Spark the same text, or its translation of the BigQuery / Snowflake
-spellings). Real SmolLM2 on CPU, the tables of spark_fixtures.py and the NULL-key join
-(NULL, empty and whitespace-only keys)."""
+spellings). Real SmolLM2 on CPU on a few queries, a seeded random model on the others; the tables of
+spark_fixtures.py and the NULL-key join (NULL, empty and whitespace-only keys)."""
 from __future__ import annotations
 
 import math
@@ -108,7 +108,12 @@ SHAPES = [
      "ai_if(concat('Does {0} mention ', t.term, '?'), n.body) AND t.tid < 5", None),
 ]
 QUERIES += SHAPES
-SMOLLM2_QUERIES = [q for q in QUERIES if q not in SHAPES and q[1] != THREE_WAY]
+# SmolLM2's real answers on a few queries of each path and spelling; the seeded random model (answers of both
+# signs, where SmolLM2 says "no" to nearly everything, at a tenth of its cost) on every other one
+SMOLLM2_NAMES = {"filter", "chain_with_hints", "window_over_score", "classify", "ai_join", "null_key_join",
+                 "bigquery", "snowflake"}
+SMOLLM2_QUERIES = [q for q in QUERIES if q[0] in SMOLLM2_NAMES]
+RANDOM_SHAPES = [q for q in QUERIES if q[0] not in SMOLLM2_NAMES and q[1] != THREE_WAY]
 
 
 @pytest.fixture(scope="module")
@@ -144,8 +149,8 @@ def test_at_least_twenty_queries_cover_the_sql_features():
 
 @pytest.mark.parametrize("name, sql, spelled", SMOLLM2_QUERIES, ids=[q[0] for q in SMOLLM2_QUERIES])
 def test_same_rows_on_every_path(spark, qs, null_key_tables, name, sql, spelled):
-    """SmolLM2 on the queries the random model below does not run (it runs SHAPES and the three-way join,
-    where its answers of both signs tell the paths apart better than SmolLM2's "no" to nearly everything)."""
+    """SmolLM2 on a few queries; the random model below runs the others (its answers of both signs tell the
+    paths apart better than SmolLM2's "no" to nearly everything)."""
     on = rows_with_rules(spark, sql, True)
     off = rows_with_rules(spark, sql, False)
     ours = multiset(qs.sql(spelled or sql).collect())
@@ -192,7 +197,7 @@ def test_a_score_against_a_column_drops_null_documents_and_null_bounds(spark, qs
 
 
 @pytest.fixture(scope="module")
-def random_qs(spark, tables):
+def random_qs(spark, tables, qs):
     """A QuailSession on a seeded random model (its margins have both signs); SmolLM2 back after."""
     from quail_spark import QuailSession
 
@@ -200,7 +205,7 @@ def random_qs(spark, tables):
     QuailSession(spark, model="smollm2-135m", device="cpu")
 
 
-@pytest.mark.parametrize("name, sql, spelled", SHAPES, ids=[q[0] for q in SHAPES])
+@pytest.mark.parametrize("name, sql, spelled", RANDOM_SHAPES, ids=[q[0] for q in RANDOM_SHAPES])
 def test_same_rows_with_a_random_model(spark, random_qs, name, sql, spelled):
     """SmolLM2 says "no" to nearly everything: rows that differ in answers are shown by random weights."""
     on = rows_with_rules(spark, sql, True)
@@ -242,15 +247,7 @@ RANDOM_QUERIES = {  # a seeded random model answers yes and no (SmolLM2 says no 
 }
 
 
-@pytest.fixture(scope="module")
-def random_model(spark, qs):
-    from quail_spark import QuailSession
-
-    yield QuailSession(spark, model="tiny-llama-random", device="cpu")
-    QuailSession(spark, model="smollm2-135m", device="cpu")  # the engine of the other tests
-
-
-def test_templates_read_from_a_column_give_the_same_rows_on_every_path(spark, random_model):
+def test_templates_read_from_a_column_give_the_same_rows_on_every_path(spark, random_qs):
     """ai_if / ai_score with each row's question from a table (a NULL and a blank question give NULL), in
     WHERE, SELECT, an aggregate, an inner, a LEFT and a semi join (the last two through quail_match)."""
     spark.createDataFrame([(1, "Is {0} about an animal?"), (2, "Is {0} a complaint?"), (3, None), (4, "  "),
@@ -266,7 +263,7 @@ def test_templates_read_from_a_column_give_the_same_rows_on_every_path(spark, ra
     got = {}
     for sql in sqls + [inner, left, exists]:
         on, off = rows_with_rules(spark, sql, True), rows_with_rules(spark, sql, False)
-        ours = multiset(random_model.sql(sql).collect())
+        ours = multiset(random_qs.sql(sql).collect())
         assert on == off == ours, f"{sql}: rules on {sorted(on)}, off {sorted(off)}, QuailSession {sorted(ours)}"
         got[sql] = on
     # the outer and semi joins (quail_match, each pair's template) agree with the inner join (Spark's pairs)
@@ -274,14 +271,14 @@ def test_templates_read_from_a_column_give_the_same_rows_on_every_path(spark, ra
     ids = {r[0] for r in spark.sql("SELECT id FROM notes").collect()}
     assert set(got[left]) == pairs | {(i, None) for i in ids - {p[0] for p in pairs}} and pairs
     assert set(got[exists]) == {(p[1],) for p in pairs}
-    per_q = {r[0]: r[1] for r in random_model.sql(sqls[2]).collect()}
+    per_q = {r[0]: r[1] for r in random_qs.sql(sqls[2]).collect()}
     assert per_q[3] == per_q[4] == 0 and per_q[1] + per_q[2] > 0, per_q  # NULL, blank: no row passes
 
 
 @pytest.mark.parametrize("name", list(RANDOM_QUERIES))
-def test_same_rows_on_every_path_with_a_random_model(spark, random_model, name):
+def test_same_rows_on_every_path_with_a_random_model(spark, random_qs, name):
     sql = RANDOM_QUERIES[name]
     on, off = rows_with_rules(spark, sql, True), rows_with_rules(spark, sql, False)
-    ours = multiset(random_model.sql(sql).collect())
+    ours = multiset(random_qs.sql(sql).collect())
     assert on == off == ours, f"{name}: rules on {sorted(on)}, off {sorted(off)}, QuailSession {sorted(ours)}"
     assert 0 < sum(on.values()), f"{name}: no rows (the comparison would prove nothing)"
