@@ -68,12 +68,12 @@ def measure(engine, cache: Path, key: str) -> dict:
     short, long, fresh = SIZES.get(device_type, SIZES["cuda"])
     long = min(long, engine.rt.max_position // 2)  # a prompt, frame included, within the model's context
     short = min(short, long // 4)
-    engine.filter([_text(8, 99)], ["Is it?"])  # warm-up: first-call set-up is not throughput
+    engine.filter([_text(engine, 8, 99)], ["Is it?"])  # warm-up: first-call set-up is not throughput
     rows = []  # (fresh tokens, attended pairs, seconds) of a call
     for length in (short, long):
         if device_type != "cpu":  # the shape once untimed: kernels compile for it (other texts: no cache hit)
-            engine.filter([_text(length, 10_000 + k + length) for k in range(fresh // length)], ["Is it?"])
-        docs = [_text(length, k + length) for k in range(fresh // length)]
+            engine.filter([_text(engine, length, 10_000 + k + length) for k in range(fresh // length)], ["Is it?"])
+        docs = [_text(engine, length, k + length) for k in range(fresh // length)]
         lengths = [len(engine.render_filter(d, "Is it?")) for d in docs]
         _sync(engine)
         t0 = time.perf_counter()
@@ -100,10 +100,12 @@ def _sync(engine) -> None:
         torch.cuda.synchronize(engine.rt.device)
 
 
-def _text(tokens: int, seed: int) -> str:
-    """About ``tokens`` tokens of distinct words (no prefix shared with another text)."""
-    words = [f"{WORDS[(seed * 7 + i) % len(WORDS)]}{seed}" for i in range(max(1, tokens // 3))]
-    return " ".join(words)
+def _text(engine, tokens: int, seed: int) -> str:
+    """A document of ``tokens`` tokens (give or take the few that a cut word's re-tokenization moves) of
+    words no other text has (no shared prefix): a word is a name and the seed's digits, which the
+    tokenizer may split into one token each, so the words are cut at ``tokens`` of the engine's ids."""
+    words = [f"{WORDS[(seed * 7 + i) % len(WORDS)]}{seed}" for i in range(max(1, tokens // 2))]
+    return engine.tokenizer.decode(engine.doc_ids(" ".join(words))[:tokens])
 
 
 def _threads() -> int:

@@ -132,3 +132,20 @@ def test_the_engine_measures_its_rates_once_and_caches_them(tmp_path):
     stored = json.loads(rates.path(tmp_path, "tiny-llama-random").read_text())
     Engine(cfg)
     assert json.loads(rates.path(tmp_path, "tiny-llama-random").read_text()) == stored  # read, not measured again
+
+
+def test_rates_are_measured_within_a_short_context_at_the_gpus_sizes(tmp_path, monkeypatch):
+    """The GPU's prompt lengths (512 and 4,096 tokens, capped at half the model's context) on a model of
+    2,048 positions: every prompt fits, and a text asked for n tokens has about n, whatever the digits of
+    its seed (a tokenizer may split each digit off)."""
+    from gpu_worker import Engine, EngineConfig, rates, weights
+
+    monkeypatch.setitem(rates.SIZES, "cpu", (512, 4096, 4096))
+    cfg = EngineConfig(model="tiny-llama-random", device="cpu", kv_pool_tokens=8192, cache_dir=str(tmp_path),
+                       tokenizer=str(weights.resolve("smollm2-135m").tokenizer_folder))
+    eng = Engine(cfg)
+    assert eng.rt.max_position == 2048
+    fig = rates.cached(tmp_path, "tiny-llama-random", "cpu", "float32")
+    assert fig["prompt_tokens"] == [256, 1024] and fig["rate"] > 0
+    for n, seed in ((256, 7), (1024, 11_024), (1024, 123_456)):
+        assert abs(len(eng.doc_ids(rates._text(eng, n, seed))) - n) <= 0.02 * n
