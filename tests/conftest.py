@@ -13,12 +13,6 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # notebooks) inherit it, and each holds several engines at once (one per configuration the tests use).
 # At 1 GiB the suite peaked near 23 GB of a 23 GB machine; tests of pool pressure set their sizes.
 os.environ.setdefault("QUAIL_CPU_KV_POOL_MIB", "256")
-# Every JVM the tests start (this session's and the subprocesses' spark-submit) compiles with C1 only:
-# a test's JVM runs small queries for seconds to minutes, and on a 2-core machine C2's compiler threads
-# took CPU from the Python workers for longer than its faster code saved (a subprocess kill test 42 ->
-# 35 s, an outer-join file 75 -> 60 s). spark-submit's launcher adds SPARK_SUBMIT_OPTS to the JVM.
-if "TieredStopAtLevel" not in os.environ.get("SPARK_SUBMIT_OPTS", ""):
-    os.environ["SPARK_SUBMIT_OPTS"] = f"{os.environ.get('SPARK_SUBMIT_OPTS', '')} -XX:TieredStopAtLevel=1".strip()
 
 
 def _cuda_machine() -> bool:
@@ -88,6 +82,12 @@ def spark():
         builder = builder.config(k, v)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
+    # The JVMs started from here on (spark-submit in the CLI, Connect and notebook subprocesses) compile with
+    # C1 only: each runs a few small queries, and on 2 cores C2's compiler threads took more CPU from the
+    # Python workers than its code saved (a subprocess kill test 42 -> 35 s). This session's JVM, which runs
+    # for the whole suite, keeps C2 (with C1 alone its Spark tests ran 10-30% longer).
+    if "TieredStopAtLevel" not in os.environ.get("SPARK_SUBMIT_OPTS", ""):
+        os.environ["SPARK_SUBMIT_OPTS"] = f"{os.environ.get('SPARK_SUBMIT_OPTS', '')} -XX:TieredStopAtLevel=1".strip()
     yield session
     session.stop()
 

@@ -45,7 +45,7 @@ def columns(table: str) -> list[str]:
 def register_spark(spark) -> None:
     """The tables as temp views (d and t over 2 partitions, so joins shuffle)."""
     for name, (schema, rows) in TABLES.items():
-        df = spark.createDataFrame(rows, schema)
+        df = spark.createDataFrame(rows, schema).localCheckpoint()  # scanned in the JVM, not a Python worker
         (df.repartition(2) if name in ("d", "t") else df).createOrReplaceTempView(name)
 
 

@@ -16,11 +16,16 @@ from spark_fixtures import CATS, NOTES, TERMS, Naive  # noqa: E402
 
 @pytest.fixture(scope="session")
 def tables(spark):
-    """Temp views ``notes`` and ``terms`` (2 partitions each) and ``cats``."""
-    spark.createDataFrame(NOTES, "id int, body string, year int, kind string").repartition(2, "id") \
-        .createOrReplaceTempView("notes")
-    spark.createDataFrame(TERMS, "tid int, term string, kind string").createOrReplaceTempView("terms")
-    spark.createDataFrame(CATS, "cid int, cat string").createOrReplaceTempView("cats")
+    """Temp views ``notes`` and ``terms`` (2 partitions each) and ``cats``.
+
+    Each is a Python list checkpointed into the JVM's block store once (``localCheckpoint``: still a
+    ``LogicalRDD``, as the golden plans show it): a query then scans rows the JVM holds instead of
+    unpickling the list in a Python worker, about 0.2 s a scan on 2 cores."""
+    spark.createDataFrame(NOTES, "id int, body string, year int, kind string").localCheckpoint() \
+        .repartition(2, "id").createOrReplaceTempView("notes")
+    spark.createDataFrame(TERMS, "tid int, term string, kind string").localCheckpoint() \
+        .createOrReplaceTempView("terms")
+    spark.createDataFrame(CATS, "cid int, cat string").localCheckpoint().createOrReplaceTempView("cats")
     return {"notes": NOTES, "terms": TERMS}
 
 

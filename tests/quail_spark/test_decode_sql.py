@@ -46,7 +46,7 @@ def random_qs(spark):
     """A QuailSession on the seeded random model (prompts over 256 tokens truncated); SmolLM2 back after."""
     from quail_spark import QuailSession
 
-    spark.createDataFrame(DOCS, "id int, body string").createOrReplaceTempView("docs")
+    spark.createDataFrame(DOCS, "id int, body string").localCheckpoint().createOrReplaceTempView("docs")
     yield QuailSession(spark, model="tiny-llama-random", device="cpu", on_overflow="truncate",
                        max_prompt_tokens=256)
     QuailSession(spark, model="smollm2-135m", device="cpu")

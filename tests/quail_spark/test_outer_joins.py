@@ -112,8 +112,9 @@ def expected(name: str, match) -> Counter:
 @pytest.fixture(scope="module")
 def random_model(spark):
     """The AI functions on a seeded random model (margins of both signs); SmolLM2 again afterwards."""
-    spark.createDataFrame(A_ROWS, "id int, body string, k int").createOrReplaceTempView("a")
-    spark.createDataFrame(T_ROWS, "kid int, term string, k int, n int").repartition(2).createOrReplaceTempView("t")
+    spark.createDataFrame(A_ROWS, "id int, body string, k int").localCheckpoint().createOrReplaceTempView("a")
+    spark.createDataFrame(T_ROWS, "kid int, term string, k int, n int").localCheckpoint().repartition(2) \
+        .createOrReplaceTempView("t")
     qs = quail_spark.QuailSession(spark, model="tiny-llama-random", device="cpu", kv_pool_tokens=4096)
     yield qs
     spark.conf.set(RULES, "true")

@@ -118,8 +118,8 @@ RANDOM_SHAPES = [q for q in QUERIES if q[0] not in SMOLLM2_NAMES and q[1] != THR
 
 @pytest.fixture(scope="module")
 def null_key_tables(spark, tables):
-    spark.createDataFrame(A_ROWS, "id int, body string").createOrReplaceTempView("a")
-    spark.createDataFrame(K_ROWS, "kid int, term string").createOrReplaceTempView("k")
+    spark.createDataFrame(A_ROWS, "id int, body string").localCheckpoint().createOrReplaceTempView("a")
+    spark.createDataFrame(K_ROWS, "kid int, term string").localCheckpoint().createOrReplaceTempView("k")
 
 
 def multiset(rows) -> Counter:
@@ -251,7 +251,8 @@ def test_templates_read_from_a_column_give_the_same_rows_on_every_path(spark, ra
     """ai_if / ai_score with each row's question from a table (a NULL and a blank question give NULL), in
     WHERE, SELECT, an aggregate, an inner, a LEFT and a semi join (the last two through quail_match)."""
     spark.createDataFrame([(1, "Is {0} about an animal?"), (2, "Is {0} a complaint?"), (3, None), (4, "  "),
-                           (5, "Does {0} mention {1}?")], "qid int, question string").createOrReplaceTempView("qtab")
+                           (5, "Does {0} mention {1}?")], "qid int, question string").localCheckpoint() \
+        .createOrReplaceTempView("qtab")
     sqls = ["SELECT n.id, q.qid FROM notes n CROSS JOIN qtab q WHERE q.qid < 5 AND ai_if(q.question, n.body)",
             "SELECT n.id, q.qid, ai_score(q.question, n.body, n.kind) AS s FROM notes n JOIN qtab q ON q.qid = 5",
             "SELECT q.qid, count_if(ai_if(q.question, n.body)) AS n FROM notes n CROSS JOIN qtab q WHERE q.qid < 5 "

@@ -58,9 +58,9 @@ def random_model(spark, tables):
 def smol(spark, tables):
     quail_spark.install(spark, model="smollm2-135m", device="cpu", kv_pool_tokens=8192)
     spark.createDataFrame([(1, "My parcel was late"), (2, None), (3, ""), (1, "My parcel was late")],
-                          "id int, body string").createOrReplaceTempView("a")
+                          "id int, body string").localCheckpoint().createOrReplaceTempView("a")
     spark.createDataFrame([(10, "parcel"), (11, None), (12, ""), (10, "parcel")],
-                          "kid int, term string").createOrReplaceTempView("k")
+                          "kid int, term string").localCheckpoint().createOrReplaceTempView("k")
     yield spark
     spark.conf.set("spark.quail.optimizer.enabled", "true")
 

@@ -44,7 +44,7 @@ TABLES = {  # name -> (Spark schema, rows)
 def random_model(spark):
     """The tables as temp views and the AI functions on the seeded random model; SmolLM2 again afterwards."""
     for name, (schema, rows) in TABLES.items():
-        spark.createDataFrame(rows, schema).repartition(2).createOrReplaceTempView(name)
+        spark.createDataFrame(rows, schema).localCheckpoint().repartition(2).createOrReplaceTempView(name)
     qs = quail_spark.QuailSession(spark, model="tiny-llama-random", device="cpu", kv_pool_tokens=4096)
     yield qs
     spark.conf.set(RULES, "true")
