@@ -1,7 +1,9 @@
-"""How close explain's estimates come to the run: the quickstart's four queries (jobs/quickstart.py,
-40 topics, SmolLM2-135M on the CPU), in a fresh session without ANALYZE.
+"""How close explain's estimates come to the run, in a fresh session without ANALYZE (SmolLM2-135M on the
+CPU): the quickstart's four queries (jobs/quickstart.py, 40 topics) and the quail side of the three
+Spark benchmarks (spark_chain / spark_join / spark_select_vs_predict_batch.py: 64 documentation
+paragraphs under a chain of three ai_if, joined with 20 topic titles, under three calls in a SELECT).
 
-    PYTHONPATH=. python benchmarks/estimate_accuracy.py
+    PYTHONPATH=. python benchmarks/estimate_accuracy.py [--no-benchmarks]
 
 For each query: the estimate (``q.estimate()``: requested and fresh tokens, seconds) beside the
 run's report (requested and fresh tokens, the wall of the action). The engines load (and measure
@@ -19,6 +21,29 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "jobs"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+
+def benchmark_queries(spark, docs: int = 64, topics: int = 20) -> list:
+    """(title, SQL) of the Spark benchmarks' quail queries at their default sizes, their tables registered
+    (the paragraphs tagged as a timed run of theirs is: no prompt in any cache)."""
+    import spark_harness as h
+    from spark_chain_vs_predict_batch import QUESTIONS as CHAIN
+    from spark_join_vs_predict_batch import QUESTION as JOIN
+    from spark_join_vs_predict_batch import titles
+    from spark_select_vs_predict_batch import QUESTIONS as SELECT
+
+    texts = h.tagged(h.paragraphs(docs), "estimate")
+    spark.createDataFrame(list(enumerate(texts)), "id int, body string").repartition(2, "id") \
+        .createOrReplaceTempView("docs")
+    spark.createDataFrame(list(enumerate(titles(topics))), "tid int, title string").createOrReplaceTempView("titles")
+    chain = " AND ".join(f"ai_if('{q}', body, map('selectivity', {sel}))" for q, sel in CHAIN)
+    return [(f"benchmark chain: {docs} paragraphs, three ai_if", f"SELECT id FROM docs WHERE {chain}"),
+            (f"benchmark join: {docs} paragraphs x {topics} titles",
+             f"SELECT d.id, t.tid FROM docs d JOIN titles t ON ai_if('{JOIN}', d.body, t.title)"),
+            (f"benchmark select: {docs} paragraphs, ai_if and two ai_score",
+             f"SELECT id, ai_if('{SELECT[0]}', body) AS a, ai_score('{SELECT[1]}', body) AS b, "
+             f"ai_score('{SELECT[2]}', body) AS c FROM docs")]
 
 
 def main() -> None:
@@ -28,11 +53,12 @@ def main() -> None:
 
     spark = quickstart.spark_session()
     quickstart.register_tables(spark)
+    queries = list(quickstart.QUERIES) + ([] if "--no-benchmarks" in sys.argv[1:] else benchmark_queries(spark))
     QuailSession(spark, model="smollm2-135m", device="cpu").sql(  # warm-up: engines load, rates measured
         "SELECT topic FROM topics WHERE ai_if('Is {0} short?', text)").collect(progress=False)
     qs = QuailSession(spark, model="smollm2-135m", device="cpu")  # the planner now reads the measured rate
     rows = []
-    for title, sql in quickstart.QUERIES:
+    for title, sql in queries:
         q = qs.sql(sql)
         t0 = time.time()
         est = q.estimate()

@@ -62,6 +62,8 @@ def test_parquet_struct_columns_and_an_incremental_rerun(spark, tmp_path, want):
     assert any(v["rec"] and isinstance(v["rec"]["seen"], dt.date) for v in first.values())
     cut = [k for k, v in first.items() if v["_ai_error"] and "cut at max_tokens 12" in v["_ai_error"]]
     assert cut and r1["rows_errored"] == len(cut)  # a cut field is a reason on its row
+    # the report counts the decoding: every row's struct, text and summary took tokens and steps
+    assert r1["output_tokens"] > 2 * len(first) and r1["decode_steps"] > 0 and r1["preemptions"] >= 0
 
     pq.write_table(notes(12, edit=EDIT), tmp_path / "notes.parquet")
     r2 = enrich(spark, s)  # one row edited: only it is computed; kept rows keep their values and reasons
@@ -76,6 +78,7 @@ def test_parquet_struct_columns_and_an_incremental_rerun(spark, tmp_path, want):
     third = by_id(pq.read_table(tmp_path / "out.parquet"))
     h3 = hashes(tmp_path / "out.parquet")
     assert r3["rows_skipped"] == 0 and 0 < r3["requested_tokens"] < r1["requested_tokens"]
+    assert 0 < r3["output_tokens"] < r1["output_tokens"]  # the replies alone were decoded again
     assert all(third[k]["rec"] == second[k]["rec"] and third[k]["gist"] == second[k]["gist"] for k in second)
     assert all(third[k]["_ai_error"] == second[k]["_ai_error"] for k in second)  # the struct's reasons kept
     assert any(third[k]["reply"] != second[k]["reply"] for k in second if second[k]["reply"])
