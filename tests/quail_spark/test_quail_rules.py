@@ -230,9 +230,10 @@ def test_fused_calls_carry_the_cost_models_estimate_and_explain_prints_it(rules)
 
     sql = FUSED["select"][0]
     (kind, spec), = specs(rules, sql)
-    assert kind == "eval" and spec["doc"].endswith("body") and spec["tokens_source"] == "default"
+    # the notes' lengths from a sample of the table (a DataFrame of Python rows: no statistics)
+    assert kind == "eval" and spec["doc"].endswith("body") and spec["tokens_source"].startswith("sample of 8 rows")
     first, *later = [c["seconds_per_row"] for c in spec["calls"]]
-    assert all(0 < s < first / 5 for s in later)  # a question is a small part of a 300-token document
+    assert all(0 < s < first / 2 for s in later)  # the document (~15 tokens) is computed by the first call only
     assert spec["cost"]["seconds"] == pytest.approx(spec["rows"] * (first + sum(later)), rel=1e-4)
     text = explain_plan(plan_text(rules.sql(sql)))
     assert "== AI calls evaluated together" in text

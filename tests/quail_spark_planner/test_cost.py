@@ -26,7 +26,9 @@ def toy(spark):
         spark.conf.unset(C.CONF + k)
     for k, v in TOY.items():
         spark.conf.set(C.CONF + k, str(v))
+    spark.conf.set("spark.quail.sample.rows", "0")  # rows unknown: the default 1,000 a side, as computed below
     yield spark
+    spark.conf.unset("spark.quail.sample.rows")
     for k, v in saved.items():
         if v is not None:
             spark.conf.set(C.CONF + k, v)

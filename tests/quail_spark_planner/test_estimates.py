@@ -51,6 +51,27 @@ def test_rows_and_document_lengths_come_from_a_sample_of_the_file(qs):
     assert spec["doc_tokens"] == pytest.approx(sum(true) / len(true), rel=0.25)
 
 
+def test_a_dataframe_of_python_rows_is_sampled_too(qs):
+    """A DataFrame made from a Python list (an RDD: no statistics, no file) is sampled as a file is; past the
+    sample's limit its rows are the RDD's count. Written short side first, the join anchors the long notes."""
+    spark = qs.spark
+    notes = [(i, _text(i), "a" if i % 3 == 0 else "b") for i in range(60)]
+    spark.createDataFrame(notes, "id int, body string, kind string").createOrReplaceTempView("py_notes")
+    spark.createDataFrame([(0, "late"), (1, "torn"), (2, "box")], "tid int, term string") \
+        .createOrReplaceTempView("py_terms")
+    spark.conf.set("spark.quail.sample.rows", "25")
+    try:
+        spec = _spec(spark, FILTER.replace("est_notes", "py_notes"), "chain")
+        join = _spec(spark, "SELECT n.id, t.tid FROM py_terms t JOIN py_notes n "
+                            "ON ai_if('Is {0} mentioned in {1}?', t.term, n.body)", "join")
+    finally:
+        spark.conf.unset("spark.quail.sample.rows")
+    assert spec["rows_source"].startswith("sample of 25 rows") and spec["tokens_source"].startswith("sample of 25")
+    assert spec["rows"] == pytest.approx(20, rel=0.35)  # 60 rows counted, kind = 'a' kept in the sample's share
+    assert join["anchor"] == "n.body" and join["why"] == "cost model"
+    assert {s["column"]: s["rows"] for s in join["sides"]} == {"t.term": 3, "n.body": 60}
+
+
 def test_a_second_plan_reads_the_cached_sample(qs):
     _spec(qs.spark, FILTER, "chain")
     assert _spec(qs.spark, FILTER, "chain")["rows_source"] == "sample of 60 rows, cached"

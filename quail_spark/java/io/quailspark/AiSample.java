@@ -24,6 +24,7 @@ import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.catalyst.plans.logical.Project;
 import org.apache.spark.sql.classic.Dataset;
 import org.apache.spark.sql.classic.SparkSession;
+import org.apache.spark.sql.execution.LogicalRDD;
 import org.apache.spark.sql.execution.datasources.HadoopFsRelation;
 import org.apache.spark.sql.execution.datasources.LogicalRelation;
 import org.apache.spark.sql.execution.datasources.parquet.ParquetFileFormat;
@@ -34,16 +35,18 @@ import org.apache.spark.sql.types.StringType;
 import scala.jdk.javaapi.CollectionConverters;
 
 /**
- * Rows and document lengths measured on a bounded sample, for plans over a file source that Spark
- * has no statistics for (a Parquet, JSON or CSV folder read without {@code ANALYZE}).
+ * Rows and document lengths measured on a bounded sample, for plans over a source that Spark has no
+ * statistics for: a Parquet, JSON or CSV folder read without {@code ANALYZE}, or the RDD of a DataFrame
+ * made from a Python list, a pandas frame without Arrow or an RDD ({@code LogicalRDD}).
  *
- * <p>The plan below an AI call (its relational filters and projections over one file-source leaf)
- * runs once over the leaf's first {@code spark.quail.sample.rows} rows (default 500; 0 turns
- * sampling off): the rows that pass give the relational operators' selectivity and the document
- * column's average length. The leaf's rows are exact when the sample read fewer rows than the
- * limit, else Parquet footers' counts, else the files' bytes over the sample's bytes per row.
- * Facts are cached per (files with their sizes and modification times, plan below the call,
- * column), so a second query plans without scanning; each carries what its scan cost.
+ * <p>The plan below an AI call (its relational filters and projections over one such leaf) runs once
+ * over the leaf's first {@code spark.quail.sample.rows} rows (default 500; 0 turns sampling off): the
+ * rows that pass give the relational operators' selectivity and the document column's average length.
+ * The leaf's rows are exact when the sample read fewer rows than the limit, else Parquet footers'
+ * counts, else the files' bytes over the sample's bytes per row; an RDD's rows are its count as far as
+ * it gets in {@code COUNT_MS} (Spark's countApprox). Facts are cached per (files with their sizes and
+ * modification times, or the RDD's id; plan below the call; column), so a second query plans without
+ * scanning; each carries what its scan cost.
  */
 final class AiSample {
     static final String ROWS_CONF = "spark.quail.sample.rows";
@@ -73,22 +76,30 @@ final class AiSample {
         }
     }
 
-    /** The facts of {@code plan} (and its string column {@code col}, or null for rows only), or null. */
+    /**
+     * The facts of {@code plan} (and its string column {@code col}, or null for rows only), or null. Over
+     * several leaves (a join's result), a column's facts are those of the input it comes from.
+     */
     static Facts of(LogicalPlan plan, Expression col) {
         int limit = limit();
-        if (limit <= 0 || hasPythonUdf(plan)) return null;
-        List<LogicalPlan> leaves = CollectionConverters.asJava(plan.collectLeaves());
-        if (leaves.size() != 1 || !(leaves.get(0) instanceof LogicalRelation)) return null;
-        LogicalRelation leaf = (LogicalRelation) leaves.get(0);
-        if (!(leaf.relation() instanceof HadoopFsRelation)) return null;
+        if (limit <= 0) return null;
         Attribute a = null;
         if (col != null) {
             if (!(col instanceof Attribute) || !(col.dataType() instanceof StringType)) return null;
             a = (Attribute) col;
             if (!plan.outputSet().contains(a)) return null;
+            plan = columnInput(plan, a);
+            if (plan == null) return null;
         }
-        HadoopFsRelation fs = (HadoopFsRelation) leaf.relation();
-        String key = files(fs) + "|" + limit + "|" + plan.canonicalized() + "|" + (a == null ? "" : a.exprId());
+        if (hasPythonUdf(plan)) return null;
+        List<LogicalPlan> leaves = CollectionConverters.asJava(plan.collectLeaves());
+        if (leaves.size() != 1) return null;
+        LogicalPlan leaf = leaves.get(0);
+        HadoopFsRelation fs = leaf instanceof LogicalRelation && ((LogicalRelation) leaf).relation() instanceof HadoopFsRelation
+            ? (HadoopFsRelation) ((LogicalRelation) leaf).relation() : null;
+        if (fs == null && !(leaf instanceof LogicalRDD) || leaf.isStreaming()) return null;
+        String source = fs != null ? files(fs) : "rdd " + ((LogicalRDD) leaf).rdd().id();
+        String key = source + "|" + limit + "|" + plan.canonicalized() + "|" + (a == null ? "" : a.exprId());
         Facts hit = CACHE.get(key);
         if (hit != null) {
             hit.cached = true;
@@ -103,6 +114,20 @@ final class AiSample {
         }
     }
 
+    /** The part of {@code plan} over one leaf that outputs {@code a}, down through the inputs of joins
+     * (and every other node of several inputs); null when {@code a} is made above them. */
+    private static LogicalPlan columnInput(LogicalPlan plan, Attribute a) {
+        while (plan.children().size() > 1) {
+            LogicalPlan next = null;
+            for (LogicalPlan c : CollectionConverters.asJava(plan.children())) {
+                if (c.outputSet().contains(a)) next = c;
+            }
+            if (next == null) return null;
+            plan = next;
+        }
+        return plan.children().isEmpty() || plan.collectLeaves().size() == 1 ? plan : columnInput(plan.children().head(), a);
+    }
+
     static int limit() {
         try {
             return Integer.parseInt(SQLConf.get().getConfString(ROWS_CONF, Integer.toString(DEFAULT_ROWS)).trim());
@@ -111,7 +136,7 @@ final class AiSample {
         }
     }
 
-    private static Facts measure(LogicalPlan plan, LogicalRelation leaf, HadoopFsRelation fs, Attribute a, int limit) {
+    private static Facts measure(LogicalPlan plan, LogicalPlan leaf, HadoopFsRelation fs, Attribute a, int limit) {
         long t0 = System.nanoTime();
         SparkSession spark = SparkSession.active();
         LogicalPlan limited = (LogicalPlan) Limit$.MODULE$.apply(Literal.create(limit, DataTypes.IntegerType), leaf);
@@ -120,7 +145,7 @@ final class AiSample {
         List<Attribute> out = new ArrayList<>(CollectionConverters.asJava(((LogicalPlan) leaf).output()));
         for (InternalRow r : leafRows) rowBytes += textBytes(r, out);
         double n = leafRows.length;
-        double total = n < limit ? n : footerRows(fs);
+        double total = n < limit ? n : fs == null ? rddRows((LogicalRDD) leaf, n) : footerRows(fs);
         if (total < 0) total = n == 0 ? 0 : fs.location().sizeInBytes() / Math.max(1.0, rowBytes / n);
         LogicalPlan below = replace(plan, leaf, limited);
         List<NamedExpression> cols = new ArrayList<>();
@@ -176,6 +201,14 @@ final class AiSample {
                 + (t instanceof StringType ? r.getUTF8String(i).numBytes() : t.defaultSize());
         }
         return b;
+    }
+
+    /** Milliseconds the count of an RDD's rows may take at planning time (Spark's countApprox). */
+    static final long COUNT_MS = 1000;
+
+    /** Rows of an RDD leaf: its count, or as far as the count got in {@code COUNT_MS}; at least {@code n}. */
+    private static double rddRows(LogicalRDD leaf, double n) {
+        return Math.max(n, leaf.rdd().countApprox(COUNT_MS, 0.95).initialValue().mean());
     }
 
     /** Rows of a Parquet source from its footers; -1 for another format or too many files. */
