@@ -33,17 +33,18 @@ def benchmark_queries(spark, docs: int = 64, topics: int = 20) -> list:
     from spark_join_vs_predict_batch import titles
     from spark_select_vs_predict_batch import QUESTIONS as SELECT
 
-    texts = h.tagged(h.paragraphs(docs), "estimate")
-    spark.createDataFrame(list(enumerate(texts)), "id int, body string").repartition(2, "id") \
-        .createOrReplaceTempView("docs")
+    for name in ("chain", "join", "select"):  # each query its own tagged copy: no document in any cache
+        texts = h.tagged(h.paragraphs(docs), name)
+        spark.createDataFrame(list(enumerate(texts)), "id int, body string").repartition(2, "id") \
+            .createOrReplaceTempView(f"docs_{name}")
     spark.createDataFrame(list(enumerate(titles(topics))), "tid int, title string").createOrReplaceTempView("titles")
     chain = " AND ".join(f"ai_if('{q}', body, map('selectivity', {sel}))" for q, sel in CHAIN)
-    return [(f"benchmark chain: {docs} paragraphs, three ai_if", f"SELECT id FROM docs WHERE {chain}"),
+    return [(f"benchmark chain: {docs} paragraphs, three ai_if", f"SELECT id FROM docs_chain WHERE {chain}"),
             (f"benchmark join: {docs} paragraphs x {topics} titles",
-             f"SELECT d.id, t.tid FROM docs d JOIN titles t ON ai_if('{JOIN}', d.body, t.title)"),
+             f"SELECT d.id, t.tid FROM docs_join d JOIN titles t ON ai_if('{JOIN}', d.body, t.title)"),
             (f"benchmark select: {docs} paragraphs, ai_if and two ai_score",
              f"SELECT id, ai_if('{SELECT[0]}', body) AS a, ai_score('{SELECT[1]}', body) AS b, "
-             f"ai_score('{SELECT[2]}', body) AS c FROM docs")]
+             f"ai_score('{SELECT[2]}', body) AS c FROM docs_select")]
 
 
 def main() -> None:
