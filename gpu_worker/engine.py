@@ -165,15 +165,15 @@ class Engine:
 
     def render_filter(self, doc: str, question: str) -> list[int]:
         head, tail = self.renderer.filter_parts(question)
-        return head + self._ids(doc) + tail
+        return head + self.doc_ids(doc) + tail
 
     def render_join(self, anchor: str, partner: str, question: str) -> list[int]:
         head, mid, post = self.renderer.join_parts(question)
-        return head + self._ids(anchor) + mid + self._ids(partner) + post
+        return head + self.doc_ids(anchor) + mid + self.doc_ids(partner) + post
 
     def render_classify(self, doc: str, labels: list[str], instruction: str) -> list[int]:
         head, tail = self.renderer.classify_parts(instruction, list(labels))
-        return head + self._ids(doc) + tail
+        return head + self.doc_ids(doc) + tail
 
     @_serialized
     def filter(self, docs, questions) -> np.ndarray:
@@ -218,7 +218,7 @@ class Engine:
         for lo, chunk in self.chunks(docs, len(parts[0][1])):  # the next chunk is tokenized meanwhile
             toks[lo:lo + len(chunk)] = chunk
             live = [i for i in range(lo, lo + len(chunk)) if toks[i] is not None]
-            for block in self._blocks(live, toks, parts[0][0]):
+            for block in self.chain_blocks(live, toks, parts[0][0]):
                 pins = [self.passes.pin(parts[0][0] + toks[i]) for i in block]
                 try:
                     if not short_circuit:  # every predicate on every document: one call, shared words of
@@ -250,7 +250,7 @@ class Engine:
     def join(self, anchors, partners, question: str) -> np.ndarray:
         """Margins [n_anchors, n_partners]; each anchor's KV computed once; NaN where either is NULL."""
         anchors, partners = documents(anchors, "anchors"), documents(partners, "partners")
-        p_toks = self._tokenize(partners)
+        p_toks = self.encode(partners)
         out = np.full((len(anchors), len(partners)), np.nan)
         done = []
         head, mid, post = self.renderer.join_parts(question)
@@ -322,7 +322,7 @@ class Engine:
         docs, labels = documents(docs), _strings(labels, "labels")
         self.tree.op += 1
         head, tail = self.renderer.classify_parts(instruction, labels)
-        toks = self._tokenize(docs)
+        toks = self.encode(docs)
         reqs, rows = [], []
         for i, ids in enumerate(toks):
             if ids is not None:
@@ -344,9 +344,9 @@ class Engine:
     def render_generate(self, doc: str, prompt: str, partner: str | None = None) -> list[int]:
         if partner is None:
             head, tail = self.renderer.generate_parts(prompt)
-            return head + self._ids(doc) + tail
+            return head + self.doc_ids(doc) + tail
         head, mid, post = self.renderer.generate_join_parts(prompt)
-        return head + self._ids(doc) + mid + self._ids(partner) + post
+        return head + self.doc_ids(doc) + mid + self.doc_ids(partner) + post
 
     def generate(self, docs, prompt, *, partners=None, max_tokens: int = 128, stop=(),
                  ignore_eos: bool = False) -> list[str | None]:
@@ -367,8 +367,8 @@ class Engine:
             raise ValueError(f"generate needs one prompt and partner per document ({len(docs)} documents)")
         _check_max_tokens(max_tokens)
         self.tree.op += 1
-        p_toks = None if partners is None else self._tokenize(documents(partners, "partners"))
-        seqs = generate_seqs(self.renderer, self.fitter, self._tokenize(docs), p_toks, prompts, max_tokens,
+        p_toks = None if partners is None else self.encode(documents(partners, "partners"))
+        seqs = generate_seqs(self.renderer, self.fitter, self.encode(docs), p_toks, prompts, max_tokens,
                              stop_strings(stop), ignore_eos)
         self.decoder.run([s for s in seqs if s is not None])
         return [None if s is None else s.out for s in seqs]
@@ -380,14 +380,14 @@ class Engine:
         docs = documents(docs)
         _check_max_tokens(max_tokens)
         self.tree.op += 1
-        rows = extract_seqs(self.renderer, self.fitter, self.grammars, self._tokenize(docs), fields, instruction,
+        rows = extract_seqs(self.renderer, self.fitter, self.grammars, self.encode(docs), fields, instruction,
                             max_tokens)
         self.decoder.run([s for r in rows if r is not None for s in r.values()])
         return [None if r is None else extraction(self.grammars, i, fields, r) for i, r in enumerate(rows)]
 
     @_serialized
     def count_tokens(self, texts) -> list[int]:
-        return [0 if t is None else len(t) for t in self._tokenize(documents(texts, "texts"))]
+        return [0 if t is None else len(t) for t in self.encode(documents(texts, "texts"))]
 
     def reset_stats(self):
         self.stats.reset()
@@ -420,16 +420,13 @@ class Engine:
         self.passes.new_tree()
 
     def doc_ids(self, text: str) -> list[int]:
-        """Ids of one document as the prompts render it."""
-        return self._ids(text)
+        """Ids of one document as the prompts render it (no NULL rule: an empty text renders as nothing)."""
+        documents([text], "document")
+        return self.renderer.encode_docs([text])[0] if text else []
 
-    def encode(self, docs) -> list[list[int] | None]:
-        """Ids of each document as rendered (`doc_ids`); None stays None."""
-        return self._tokenize(list(docs))
-
-    def chain_blocks(self, live, toks, head):
-        """The documents `chain` evaluates together: as many as half the pool can keep pinned."""
-        return self._blocks(live, toks, head)
+    def encode(self, docs: list[str | None]) -> list[list[int] | None]:
+        """Ids of checked documents (see `prompts.documents`); None stays None."""
+        return self.renderer.encode_batch(docs)
 
     # internals ---------------------------------------------------------------
     def _run(self, reqs, defer: bool = False) -> np.ndarray:
@@ -439,23 +436,14 @@ class Engine:
     def _text(self, ids: list[int]) -> str:
         return _decode_text(self.tokenizer, ids)
 
-    def _ids(self, text: str) -> list[int]:
-        """Ids of one document as rendered (no NULL rule: an empty text renders as nothing)."""
-        documents([text], "document")
-        return self.renderer.encode_docs([text])[0] if text else []
-
-    def _tokenize(self, docs: list[str | None]) -> list[list[int] | None]:
-        """Ids of checked documents (see `prompts.documents`); None stays None."""
-        return self.renderer.encode_batch(docs)
-
     def _tokenize_distinct(self, docs: list[str | None]) -> tuple[list[list[int]], list[int]]:
         """(ids of each distinct document, its index per row, -1 for None): a document repeated on
         many rows (a join's anchor or partner in Arrow pairs) is tokenized once."""
         index: dict[str, int] = {}
         of = [-1 if d is None else index.setdefault(d, len(index)) for d in docs]
-        return self._tokenize(list(index)), of
+        return self.encode(list(index)), of
 
-    def _blocks(self, live, toks, head):
+    def chain_blocks(self, live, toks, head):
         """Documents per chain block: as many as half the pool can keep pinned."""
         if not live:
             return

@@ -250,13 +250,7 @@ final class AiSample {
 
     private static boolean hasPythonUdf(LogicalPlan plan) {
         for (Expression e : CollectionConverters.asJava(plan.expressions())) {
-            boolean udf = e.exists(new scala.runtime.AbstractFunction1<Expression, Object>() {
-                @Override
-                public Object apply(Expression x) {
-                    return x instanceof PythonUDF;
-                }
-            });
-            if (udf) return true;
+            if (e.exists(x -> x instanceof PythonUDF)) return true;
         }
         for (LogicalPlan c : CollectionConverters.asJava(plan.children())) if (hasPythonUdf(c)) return true;
         return false;
