@@ -85,7 +85,8 @@ def main(argv=None) -> None:
     from quail_spark.estimates import estimate
 
     tables = texts(AutoTokenizer.from_pretrained(args.tokenizer), res["sizes"])
-    builder = SparkSession.builder.master("local[2]").appName("explain-vs-gpu").config("spark.ui.enabled", "false")
+    builder = SparkSession.builder.master("local[2]").appName("explain-vs-gpu").config("spark.ui.enabled", "false") \
+        .config("spark.task.cpus", "2")  # one task at a time, as the one-GPU preset runs: the GPU run is one engine
     for k, v in quail_spark.spark_conf().items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()

@@ -8,6 +8,7 @@
 """
 from __future__ import annotations
 
+from quail_spark.concurrency import tasks_at_once
 from quail_spark.explain import plan_text, planned_calls
 from quail_spark.operators import analyze_table, estimated
 
@@ -21,9 +22,11 @@ def estimate(df) -> dict:
     -------
     dict
         ``rows`` (rows out of the last operator), ``requested_tokens``, ``fresh_tokens``,
-        ``seconds`` (sums over the operators) and ``operators``: one dict per operator in
-        evaluation order (``op`` id, ``kind``, ``call``, ``rows_in``, ``rows_out``,
-        ``requested_tokens``, ``fresh_tokens``, ``seconds``).
+        ``seconds`` (the wall: each operator's engine seconds over the tasks that run it at
+        once, summed over the operators), ``engine_seconds`` (one engine's serial seconds) and
+        ``operators``: one dict per operator in evaluation order (``op`` id, ``kind``, ``call``,
+        ``rows_in``, ``rows_out``, ``requested_tokens``, ``fresh_tokens``, ``tasks``,
+        ``engine_seconds``, ``seconds``).
 
     Examples
     --------
@@ -36,14 +39,16 @@ def estimate(df) -> dict:
     if limit:  # the preview of a query over its budget is what it is: the rule would refuse to plan it
         spark.conf.unset(BUDGET)
     try:
-        ops = estimated(planned_calls(plan_text(df.select("*"))))  # a new plan, without the budget
+        plan = df.select("*")  # a new plan, without the budget
+        ops = estimated(planned_calls(plan_text(plan)), tasks_at_once(plan))
     finally:
         if limit:
             spark.conf.set(BUDGET, limit)
     return {"rows": ops[-1]["rows_out"] if ops else None,
             "requested_tokens": sum(o["requested_tokens"] for o in ops),
             "fresh_tokens": sum(o["fresh_tokens"] for o in ops),
-            "seconds": sum(o["seconds"] for o in ops), "operators": ops}
+            "seconds": sum(o["seconds"] for o in ops), "engine_seconds": sum(o["engine_seconds"] for o in ops),
+            "operators": ops}
 
 
 def analyzed(query) -> str:
@@ -52,5 +57,6 @@ def analyzed(query) -> str:
     query.collect(progress=False)
     report = query.report
     text = analyze_table(est["operators"], report.get("ops", {}))
-    return (f"{text}\n== AI run (actual) ==\n  {report.get('requested_tokens', 0):,} tokens requested, "
-            f"{report.get('fresh_tokens', 0):,} fresh; wall {report.get('wall_s', 0):.2f} s")
+    return (f"{text}\n== AI run: estimate / actual ==\n  {est['requested_tokens']:,.0f} / "
+            f"{report.get('requested_tokens', 0):,} tokens requested, {est['fresh_tokens']:,.0f} / "
+            f"{report.get('fresh_tokens', 0):,} fresh; wall {est['seconds']:.2f} / {report.get('wall_s', 0):.2f} s")

@@ -35,6 +35,7 @@ import json
 
 from gpu_worker import ai_calls
 from gpu_worker.ai_calls import EXTRACT_UDF
+from quail_spark.operators import estimated
 
 INTERNAL = tuple(f"{name}(" for name in ai_calls.INTERNAL)  # a call's name as the plan prints it
 
@@ -63,33 +64,37 @@ def planned_calls(text: str) -> list:
     """[(kind 'chain', 'join', 'join_score', 'eval', 'match' or 'match_score', spec dict)] of the rules' calls
     in the optimized plan of ``text``, in evaluation order (deeper lines first); a spec repeated on one line
     once, the same spec on two lines (two branches of a UNION) twice."""
-    section, found = optimized_section(text), []
-    decoder = json.JSONDecoder()
-    for line in section.splitlines():
-        seen = set()
-        for name in INTERNAL:
-            start = line.find(name)
-            while start >= 0:
-                at = start + len(name)
-                try:
-                    spec, _ = decoder.raw_decode(line, at)
-                except ValueError:
-                    spec = None
-                key = (name, json.dumps(spec, sort_keys=True))
-                if isinstance(spec, dict) and key not in seen:
-                    seen.add(key)
-                    found.append((name[len("quail_"):-1], spec))
-                start = line.find(name, at)
+    found = [call for line in optimized_section(text).splitlines() for call in calls_in_line(line)]
     return found[::-1]
 
 
-def explain_text(df, calls, model: str = "") -> str:
+def calls_in_line(line: str) -> list:
+    """[(kind, spec dict)] of the rules' internal calls one plan line (or node string) carries, each once."""
+    found, seen, decoder = [], set(), json.JSONDecoder()
+    for name in INTERNAL:
+        start = line.find(name)
+        while start >= 0:
+            at = start + len(name)
+            try:
+                spec, _ = decoder.raw_decode(line, at)
+            except ValueError:
+                spec = None
+            key = (name, json.dumps(spec, sort_keys=True))
+            if isinstance(spec, dict) and key not in seen:
+                seen.add(key)
+                found.append((name[len("quail_"):-1], spec))
+            start = line.find(name, at)
+    return found
+
+
+def explain_text(df, calls, model: str = "", tasks: dict | None = None) -> str:
     """Spark's plans and the plan's estimates for ``df`` whose AI calls are ``calls``."""
-    return explain_plan(plan_text(df), calls, model)
+    return explain_plan(plan_text(df), calls, model, tasks)
 
 
-def explain_plan(text: str, calls=(), model: str = "") -> str:
-    """``text`` (``explain(mode='cost')`` output) followed by the estimates its plan carries."""
+def explain_plan(text: str, calls=(), model: str = "", tasks: dict | None = None) -> str:
+    """``text`` (``explain(mode='cost')`` output) followed by the estimates its plan carries; ``tasks``
+    ({op id: tasks at once}, ``concurrency.tasks_at_once``) adds the wall of the work so spread."""
     out = [text.rstrip()]
     planned = planned_calls(text)
     chains = [s for k, s in planned if k == "chain"]
@@ -128,6 +133,11 @@ def explain_plan(text: str, calls=(), model: str = "") -> str:
         out += ["== SoL estimate ==",
                 f"the planned AI calls: {total['requested']:,.0f} tokens requested, {total['fresh']:,.0f} fresh; SoL "
                 f"{total['seconds']:.3g} s{f' ({model})' if model else ''}{unpriced}"]
+        ops = estimated(planned, tasks)
+        if any(o["tasks"] > 1 for o in ops):
+            spread = ", ".join(sorted({str(o["tasks"]) for o in ops}))
+            out.append(f"on {spread} tasks at once (task slots, the operators' input partitions): wall "
+                       f"~{sum(o['seconds'] for o in ops):.3g} s")
     return "\n".join(out)
 
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 
+COLUMNS = ("rows_in", "rows_out", "requested_tokens", "fresh_tokens")
 KINDS = {"chain": "AI filter chain", "join": "AI join", "join_score": "AI join (scores)", "eval": "AI calls together"}
 
 
@@ -46,16 +48,21 @@ def _identity(x):
     return x
 
 
-def estimated(planned) -> list:
-    """One dict per priced operator of ``planned`` (``explain.planned_calls``), in evaluation order."""
+def estimated(planned, tasks: dict | None = None) -> list:
+    """One dict per priced operator of ``planned`` (``explain.planned_calls``), in evaluation order.
+    ``tasks``: {op id: tasks that run it at once} (``concurrency.tasks_at_once``; absent: one): its
+    ``engine_seconds`` are one engine's serial seconds (the cost model's), ``seconds`` the wall of that
+    work spread over its tasks."""
     out = []
     for kind, spec in planned:
         if kind not in KINDS or "cost" not in spec:
             continue
         rows_in, rows_out, label = _rows(kind, spec)
-        c = spec["cost"]
-        out.append({"op": op_id(spec), "kind": KINDS[kind], "call": label, "rows_in": rows_in, "rows_out": rows_out,
-                    "requested_tokens": c["requested"], "fresh_tokens": c["fresh"], "seconds": c["seconds"]})
+        c, op = spec["cost"], op_id(spec)
+        n = max(1, min((tasks or {}).get(op, 1), math.ceil(rows_in or 1)))
+        out.append({"op": op, "kind": KINDS[kind], "call": label, "rows_in": rows_in, "rows_out": rows_out,
+                    "requested_tokens": c["requested"], "fresh_tokens": c["fresh"], "tasks": n,
+                    "engine_seconds": c["seconds"], "seconds": c["seconds"] / n})
     return out
 
 
@@ -81,13 +88,14 @@ def actual_line(spec: dict, rows: int, passed: int, delta: dict, seconds: float)
 
 def analyze_table(estimates: list, actuals: dict) -> str:
     """Each operator's estimate beside its actual (``actuals``: op id -> counters of the run), one
-    line per operator, cells ``estimate / actual`` separated by `` | ``."""
-    cols = ("rows_in", "rows_out", "requested_tokens", "fresh_tokens", "seconds")
+    line per operator, cells ``estimate / actual`` separated by `` | ``; seconds are engine seconds
+    (the actual summed over the operator's tasks), the tasks those that run it at once (estimated)."""
     out = ["== AI operators: estimate / actual ==",
-           "  operator | rows in | rows out | tokens requested | tokens fresh | seconds | call"]
+           "  operator | rows in | rows out | tokens requested | tokens fresh | engine seconds | tasks | call"]
     for e in estimates:
         a = actuals.get(e["op"], {})
-        cells = [f"{e['kind']} {e['op']}"] + [_pair(e[k], a.get(k)) for k in cols] + [e["call"]]
+        cells = ([f"{e['kind']} {e['op']}"] + [_pair(e[k], a.get(k)) for k in COLUMNS]
+                 + [_pair(e["engine_seconds"], a.get("seconds")), str(e["tasks"]), e["call"]])
         out.append("  " + " | ".join(cells))
     return "\n".join(out)
 

@@ -134,13 +134,14 @@ class Query:
         a ``tokens`` hint, a bounded sample of a file source, or a default: docs/estimates.md);
         runs no AI work. ``analyze``: runs the query and adds each AI operator's estimate beside
         its actual (rows in and out, tokens requested and fresh, seconds)."""
+        from quail_spark.concurrency import tasks_at_once
         from quail_spark.cost import CONF
         from quail_spark.explain import explain_text
         from quail_spark.notebook import Explain, in_kernel
 
         conf = self.session.spark.conf
         model = f"{conf.get(CONF + 'name', self.session.model)} at {float(conf.get(CONF + 'rate', '0')) / 1e12:g} TFLOP/s"
-        text = explain_text(self._df, self.calls, model)
+        text = explain_text(self._df, self.calls, model, tasks_at_once(self._df))
         if analyze:
             from quail_spark.estimates import analyzed
 

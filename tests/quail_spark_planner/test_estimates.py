@@ -92,6 +92,23 @@ def test_the_long_side_anchors_a_join_written_short_side_first(qs):
     assert {s["column"]: s["rows"] for s in spec["sides"]} == {"t.term": 3, "n.body": 60}
 
 
+def test_the_wall_divides_each_operator_by_the_tasks_that_run_it_at_once(qs):
+    """The session runs two tasks at once (local[2]): an operator over two partitions is estimated at half
+    its engine seconds, one over a single file split (a coalesced file, or a repartition to one) at all of
+    them, and the explain text says so."""
+    spread = qs.sql(FILTER.replace("FROM est_notes", "FROM (SELECT * FROM est_notes DISTRIBUTE BY id % 2)"))
+    (two,) = spread.estimate()["operators"]
+    (one,) = qs.estimate(FILTER)["operators"]
+    assert (two["tasks"], one["tasks"]) == (2, 1)
+    assert two["seconds"] == pytest.approx(two["engine_seconds"] / 2) and one["seconds"] == one["engine_seconds"]
+    assert two["engine_seconds"] == pytest.approx(one["engine_seconds"], rel=1e-6)  # one model, one work
+    assert "on 2 tasks at once" in spread.explain(print_it=False)
+    assert "tasks at once" not in qs.sql(FILTER).explain(print_it=False)
+    partners = qs.sql("SELECT n.id, t.tid FROM (SELECT * FROM est_notes DISTRIBUTE BY id % 2) n JOIN est_terms t "
+                      "ON ai_if('Is {0} mentioned in {1}?', t.term, n.body)").estimate()["operators"]
+    assert [o["tasks"] for o in partners] == [2]  # the streamed side's partitions, not the broadcast one's
+
+
 def test_explain_analyze_prints_each_operator_beside_its_actual(qs):
     q = qs.sql(FILTER)
     text = q.explain(print_it=False, analyze=True)
