@@ -47,18 +47,14 @@ import scala.Option;
  * it back into the join; the rewritten join has no ai_if left: applying the rule again
  * changes nothing. The spec carries the estimates; explain prints them.
  */
-public class QuailAiJoin extends AiRule {
+public class QuailAiJoin extends AiRule<Join> {
     public QuailAiJoin(SparkSession session) {
-        super(session);
+        super(session, Join.class);
     }
 
 
     @Override
-    LogicalPlan rewrite(LogicalPlan p) {
-        return p instanceof Join ? rewriteJoin((Join) p) : p;
-    }
-
-    private LogicalPlan rewriteJoin(Join j) {
+    LogicalPlan rewrite(Join j) {
         if (j.joinType() != Inner$.MODULE$ || j.condition().isEmpty()) return j;
         AttributeSet left = j.left().outputSet(), right = j.right().outputSet();
         List<Expression> rest = new ArrayList<>(), calls = new ArrayList<>();

@@ -50,18 +50,17 @@ import scala.jdk.javaapi.CollectionConverters;
  * argument over two tables ({@code x.title || z.label}) are Spark's to order.
  * Rows are those of an inner join whatever the order; a Project restores the column order.
  */
-public class QuailAiJoinOrder extends AiRule {
+public class QuailAiJoinOrder extends AiRule<Join> {
     static final String FIELD = "join_order";
     static final String PRICED = "join_priced";  // [pairs, live documents of column 1, of column 2] as priced
     private static final int MAX_TABLES = 5;
 
     public QuailAiJoinOrder(SparkSession session) {
-        super(session);
+        super(session, Join.class);
     }
 
     @Override
-    LogicalPlan rewrite(LogicalPlan p) {
-        if (!(p instanceof Join)) return p;
+    LogicalPlan rewrite(Join p) {
         List<LogicalPlan> tables = new ArrayList<>();
         List<Expression> conds = new ArrayList<>();
         if (!flatten(p, tables, conds) || tables.size() < 3 || tables.size() > MAX_TABLES) return p;

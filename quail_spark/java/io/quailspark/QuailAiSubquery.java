@@ -47,14 +47,9 @@ import scala.jdk.javaapi.CollectionConverters;
  * NULL when none does but a comparison is NULL (SQL's three-valued IN, so NOT IN is right
  * too). The subquery may stand in a WHERE (a Filter) or as a column of a SELECT list.
  */
-public class QuailAiSubquery extends AiRule {
+public class QuailAiSubquery extends AiRule<LogicalPlan> {
     public QuailAiSubquery(SparkSession session) {
-        super(session);
-    }
-
-    @Override
-    boolean alsoWhenDisabled() {
-        return true;
+        super(session, LogicalPlan.class, true);  // the query cannot run without it
     }
 
     @Override

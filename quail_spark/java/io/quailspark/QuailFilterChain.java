@@ -38,18 +38,14 @@ import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
  * the short-circuit and the kept KV differ. The fused predicates leave no ai_if in the
  * filter: applying the rule again changes nothing.
  */
-public class QuailFilterChain extends AiRule {
+public class QuailFilterChain extends AiRule<Filter> {
     public QuailFilterChain(SparkSession session) {
-        super(session);
+        super(session, Filter.class);
     }
 
 
     @Override
-    LogicalPlan rewrite(LogicalPlan p) {
-        return p instanceof Filter ? rewriteFilter((Filter) p) : p;
-    }
-
-    private LogicalPlan rewriteFilter(Filter f) {
+    LogicalPlan rewrite(Filter f) {
         List<Expression> relational = new ArrayList<>(), otherAi = new ArrayList<>();
         Map<Expression, List<AiCalls.Predicate>> byDoc = new LinkedHashMap<>();
         for (Expression c : Catalyst.conjuncts(f.condition())) {

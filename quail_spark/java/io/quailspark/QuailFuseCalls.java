@@ -75,11 +75,11 @@ import scala.jdk.javaapi.CollectionConverters;
  * the node's child does not produce (a lambda variable, an outer reference)
  * stay as they are.
  */
-public class QuailFuseCalls extends AiRule {
+public class QuailFuseCalls extends AiRule<LogicalPlan> {
     static final String[] FIELDS = {"flags", "scores", "labels", "texts", "jsons"};
 
     public QuailFuseCalls(SparkSession session) {
-        super(session);
+        super(session, LogicalPlan.class);
     }
 
 

@@ -38,16 +38,16 @@ import scala.jdk.javaapi.CollectionConverters;
  * for (an ORDER BY below, seen through projections, filters and limits): a local sort would
  * change it, and which rows a LIMIT above keeps.
  */
-public class QuailLocalSort extends AiRule {
+public class QuailLocalSort extends AiRule<Filter> {
 
     public QuailLocalSort(SparkSession session) {
-        super(session);
+        super(session, Filter.class);
     }
 
 
     @Override
-    LogicalPlan rewrite(LogicalPlan p) {
-        return p instanceof Filter ? sortUnder((Filter) p) : p;
+    LogicalPlan rewrite(Filter f) {
+        return sortUnder(f);
     }
 
     private static LogicalPlan sortUnder(Filter f) {

@@ -52,22 +52,13 @@ import scala.jdk.javaapi.CollectionConverters;
  * NULLs for the left columns); LEFT SEMI keeps the rows with at least one match,
  * LEFT ANTI those with none. Inner AI joins are {@link QuailAiJoin}'s.
  */
-public class QuailOuterJoin extends AiRule {
+public class QuailOuterJoin extends AiRule<Join> {
     public QuailOuterJoin(SparkSession session) {
-        super(session);
+        super(session, Join.class, true);  // the query cannot run without it
     }
 
     @Override
-    boolean alsoWhenDisabled() {
-        return true;
-    }
-
-    @Override
-    LogicalPlan rewrite(LogicalPlan p) {
-        return p instanceof Join ? rewriteJoin((Join) p) : p;
-    }
-
-    private LogicalPlan rewriteJoin(Join j) {
+    LogicalPlan rewrite(Join j) {
         JoinType t = j.joinType();
         boolean handled = t == LeftOuter$.MODULE$ || t == RightOuter$.MODULE$ || t == FullOuter$.MODULE$
             || t == LeftSemi$.MODULE$ || t == LeftAnti$.MODULE$;

@@ -38,15 +38,14 @@ import scala.jdk.javaapi.CollectionConverters;
  *                                                                   +- child
  * </pre>
  */
-public class QuailPushBelowAi extends AiRule {
+public class QuailPushBelowAi extends AiRule<Filter> {
     public QuailPushBelowAi(SparkSession session) {
-        super(session);
+        super(session, Filter.class);
     }
 
     @Override
-    LogicalPlan rewrite(LogicalPlan p) {
-        if (!(p instanceof Filter) || !(((Filter) p).child() instanceof Project)) return p;
-        Filter f = (Filter) p;
+    LogicalPlan rewrite(Filter f) {
+        if (!(f.child() instanceof Project)) return f;
         Project project = (Project) f.child();
         Set<ExprId> aiColumns = new HashSet<>();
         Map<ExprId, Expression> others = new HashMap<>();
@@ -55,10 +54,10 @@ public class QuailPushBelowAi extends AiRule {
                 if (n instanceof Alias) others.put(n.exprId(), ((Alias) n).child());
                 continue;
             }
-            if (!(n instanceof Alias) || !onlyAiIsNondeterministic(((Alias) n).child())) return p;
+            if (!(n instanceof Alias) || !onlyAiIsNondeterministic(((Alias) n).child())) return f;
             aiColumns.add(n.exprId());
         }
-        if (aiColumns.isEmpty()) return p;  // Spark's own push-down handles a deterministic projection
+        if (aiColumns.isEmpty()) return f;  // Spark's own push-down handles a deterministic projection
         List<Expression> keep = new ArrayList<>(), push = new ArrayList<>();
         for (Expression c : Catalyst.conjuncts(f.condition())) {
             Expression written = writeOut(c, others);
@@ -66,7 +65,7 @@ public class QuailPushBelowAi extends AiRule {
                 && written.deterministic() && written.references().subsetOf(project.child().outputSet());
             if (below) push.add(written); else keep.add(c);
         }
-        if (push.isEmpty()) return p;
+        if (push.isEmpty()) return f;
         LogicalPlan grand = new Filter(Catalyst.and(push), project.child());
         LogicalPlan moved = project.withNewChildren(Catalyst.seq(List.of(grand)));
         return keep.isEmpty() ? moved : new Filter(Catalyst.and(keep), moved);
