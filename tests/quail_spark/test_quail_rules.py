@@ -11,7 +11,7 @@ import pytest
 
 import quail_spark
 from golden import check, sections
-from quail_spark.explain import planned_calls
+from quail_spark.explain import plan_text, planned_calls
 
 CHAIN = ("SELECT id FROM notes WHERE ai_if('Is {0} a complaint?', body) AND year > 2019 "
          "AND ai_if('Is {0} about a pet?', body, map('selectivity', 0.1))")
@@ -60,7 +60,7 @@ CASES = [  # (rule, case, query)
      "SELECT n.id, t.tid, c.cid FROM notes n "
      "JOIN terms t ON ai_score('Does {0} mention {1}?', n.body, t.term, map('selectivity', 0.9)) BETWEEN 0.2 AND 0.9 "
      "JOIN cats c ON ai_if('Is {0} about {1}?', n.body, c.cat, map('selectivity', 0.1))"),
-    ("ai_join_order", "joins_without_hints",  # the order goes into a hint each call is given
+    ("ai_join_order", "joins_without_hints",  # the order rides on each call (a tag), no hint is made
      "SELECT n.id, t.tid, c.cid FROM notes n JOIN terms t ON ai_if('Does {0} mention {1}?', n.body, t.term) "
      "JOIN cats c ON ai_if('Is {0} a kind of {1}?', t.term, c.cat)"),
     ("ai_join", "equality_stays_a_hash_join",
@@ -156,6 +156,25 @@ def test_the_selective_ai_join_runs_first_and_both_orders_are_priced(rules):
     order = inner["join_order"]
     assert order == outer["join_order"] and order["chosen"] == ["n", "c", "t"] and order["written"] == ["n", "t", "c"]
     assert order["seconds"] < order["written_seconds"]
+
+
+NO_HINTS = ("SELECT n.id, t.tid, c.cid FROM notes n JOIN terms t ON ai_if('Does {0} mention {1}?', n.body, t.term) "
+            "JOIN cats c ON ai_if('Is {0} a kind of {1}?', t.term, c.cat)")
+
+
+@pytest.mark.parametrize("sql, chosen", [(THREE_WAY, ["Is {0} about {1}?", "Does {0} mention {1}?"]),
+                                         (NO_HINTS, ["Is {0} a kind of {1}?", "Does {0} mention {1}?"])])
+def test_the_join_order_is_planner_state_and_planned_again_alike(rules, sql, chosen):
+    """The order rides on the calls (tags), not in the user's hint, and a second plan of the same DataFrame (a
+    new optimization of its analyzed plan, which shares the calls written without a hint) orders and prices
+    it again."""
+    df = rules.sql(sql)
+    first = planned_calls(plan_text(df))
+    again = planned_calls(plan_text(df.select("*")))
+    assert [s["template"] for _, s in again] == [s["template"] for _, s in first] == chosen  # not as written
+    assert [s["join_order"] for _, s in again] == [s["join_order"] for _, s in first]
+    assert [s["pairs"] for _, s in again] == [s["pairs"] for _, s in first]
+    assert all(side["rows_source"] == "join order, survivor-thinned" for _, s in again for side in s["sides"])
 
 
 def test_anchor_hint_forces_the_side(rules):
@@ -284,3 +303,4 @@ def test_a_join_condition_on_an_ai_column_reads_its_one_evaluation(rules):
            "JOIN terms t ON a.kind = t.kind AND a.s > 0.5")
     plan = sections(rules, sql, True)["Optimized Logical Plan"]
     assert plan.count("ArrowEvalPython") == 1, plan
+

@@ -13,7 +13,6 @@ import org.apache.spark.sql.catalyst.expressions.If;
 import org.apache.spark.sql.catalyst.expressions.Length;
 import org.apache.spark.sql.catalyst.expressions.LessThan;
 import org.apache.spark.sql.catalyst.expressions.LessThanOrEqual;
-import org.apache.spark.sql.catalyst.expressions.Literal$;
 import org.apache.spark.sql.catalyst.expressions.PythonUDF;
 import org.apache.spark.sql.catalyst.plans.logical.Filter;
 import org.apache.spark.sql.catalyst.plans.logical.GlobalLimit;
@@ -23,6 +22,7 @@ import org.apache.spark.sql.catalyst.plans.logical.Offset;
 import org.apache.spark.sql.catalyst.plans.logical.Project;
 import org.apache.spark.sql.catalyst.plans.logical.Sort;
 import org.apache.spark.sql.catalyst.plans.logical.SubqueryAlias;
+import org.apache.spark.sql.catalyst.trees.TreeNodeTag;
 import org.apache.spark.sql.catalyst.util.ArrayData;
 import org.apache.spark.sql.internal.SQLConf;
 import org.apache.spark.sql.types.DataType;
@@ -185,6 +185,11 @@ final class AiCalls {
             this.scoreBound = scoreBound;
         }
 
+        /** The value a rule tagged the call with ({@link AiCalls#tagged}), or null. */
+        String tag(TreeNodeTag<String> t) {
+            return udf.getTagValue(t).getOrElse(() -> null);
+        }
+
         /** Whether this and {@code o} are comparisons of the same ai_score call (two bounds of one range). */
         boolean sameScore(Predicate o) {
             return scoreOp != null && o.scoreOp != null && same(udf, o.udf);
@@ -317,21 +322,28 @@ final class AiCalls {
     }
 
     /**
-     * The AI call {@code e} (an ai_if, or the ai_score of a score comparison) with {@code key} set in
-     * its hint: a named_struct of the hints it has, as text (every reader parses them from text), and
-     * the new one.
+     * {@code e} (an AI predicate, or a comparison of an ai_score call) with its call tagged {@code tag =
+     * value}: planner state that later rules read ({@link Predicate#tag}), never part of the user's hint. The
+     * call is copied first: the analyzed plan shares it, and a tag on it would reach every later plan of the
+     * query. Anything else is returned as it is.
      */
-    static Expression withHint(Expression e, String key, Expression value) {
+    static Expression tagged(Expression e, TreeNodeTag<String> tag, String value) {
         Predicate p = predicate(e);
-        if (p == null && scoreCompared(e) != null) {  // a score comparison: its ai_score call gains the hint
+        if (p == null && scoreCompared(e) != null) {  // a score comparison: its ai_score call is tagged
             List<Expression> kids = new ArrayList<>();
             for (Expression k : CollectionConverters.asJava(e.children())) {
                 Predicate s = score(k);
-                kids.add(s == null ? k : Hints.with(s.udf, s.hints, key, value));
+                kids.add(s == null ? k : tagged(s.udf, tag, value));
             }
-            return e.withNewChildren(Catalyst.seq(kids));
+            return e.makeCopy(kids.toArray());  // not withNewChildren: the tagged copy equals the call it replaces
         }
-        return p == null ? e : Hints.with(p.udf, p.hints, key, value);
+        return p == null ? e : tagged(p.udf, tag, value);
+    }
+
+    private static Expression tagged(PythonUDF call, TreeNodeTag<String> tag, String value) {
+        Expression copy = call.clone();
+        copy.setTagValue(tag, value);
+        return copy;
     }
 
     /**

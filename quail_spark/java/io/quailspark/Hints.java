@@ -7,7 +7,6 @@ import java.util.Locale;
 import java.util.Map;
 
 import org.apache.spark.sql.catalyst.InternalRow;
-import org.apache.spark.sql.catalyst.expressions.CreateNamedStruct;
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.PythonUDF;
 import org.apache.spark.sql.catalyst.util.ArrayData;
@@ -51,27 +50,6 @@ final class Hints {
             args.remove(args.size() - 1);
         }
         return args;
-    }
-
-    /**
-     * {@code udf} (whose hints are {@code hints}) with {@code key} set: a named_struct of the hints it has,
-     * as text (every reader parses them from text), and the new one.
-     */
-    static Expression with(PythonUDF udf, Map<String, String> hints, String key, Expression value) {
-        List<Expression> args = new ArrayList<>(CollectionConverters.asJava(udf.children()));
-        if (isHint(args.get(args.size() - 1).dataType())) args.remove(args.size() - 1);
-        List<Expression> kv = new ArrayList<>();
-        for (Map.Entry<String, String> h : hints.entrySet()) {
-            if (h.getKey().equals(key)) continue;
-            kv.add(Catalyst.literal(h.getKey()));
-            kv.add(Catalyst.literal(h.getValue()));
-        }
-        kv.add(Catalyst.literal(key));
-        kv.add(value);
-        args.add(new CreateNamedStruct(Catalyst.seq(kv)));
-        // a copy, not withNewChildren: a call written without a hint gains an argument
-        return udf.copy(udf.name(), udf.func(), udf.dataType(), Catalyst.seq(args), udf.evalType(),
-            udf.udfDeterministic(), udf.resultId());
     }
 
     /** A foldable hint's keys (lower-cased) and values as text, in the order written. */

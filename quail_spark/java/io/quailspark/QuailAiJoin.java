@@ -155,7 +155,7 @@ public class QuailAiJoin extends AiRule<Join> {
             tokens = new double[n];
             rowsSource = new String[n];
             tokensSource = new String[n];
-            double[] priced = priced(p.hints.get(QuailAiJoinOrder.PRICED), n);
+            double[] priced = priced(p.tag(QuailAiJoinOrder.PRICED), n);
             pairs = priced != null ? Double.valueOf(priced[0]) : null;
             for (int i = 0; i < n; i++) {
                 LogicalPlan side = onLeft[i] ? j.left() : j.right();
@@ -196,7 +196,7 @@ public class QuailAiJoin extends AiRule<Join> {
             }
         }
 
-        /** [pairs, live documents per column] from the join order's {@code join_priced} hint, or null. */
+        /** [pairs, live documents per column] as the join order priced them ({@link QuailAiJoinOrder#PRICED}), or null. */
         private static double[] priced(String json, int n) {
             com.fasterxml.jackson.databind.JsonNode parts = Json.read(json);
             if (parts == null || n != 2 || !parts.isArray() || parts.size() != 3) return null;
@@ -238,7 +238,7 @@ public class QuailAiJoin extends AiRule<Join> {
                 side.set("cost_as_anchor", costs[i].node());
             }
             spec.set("cost", costs[chosen].node());
-            com.fasterxml.jackson.databind.JsonNode order = Json.read(p.hints.get(QuailAiJoinOrder.FIELD));
+            com.fasterxml.jackson.databind.JsonNode order = Json.read(p.tag(QuailAiJoinOrder.ORDER));
             if (order != null) spec.set("join_order", order);
             if (pairs != null) spec.put("pairs", Json.figure(pairs));
             List<Expression> args = new ArrayList<>();

@@ -13,6 +13,7 @@ import org.apache.spark.sql.catalyst.plans.logical.Join;
 import org.apache.spark.sql.catalyst.plans.logical.JoinHint;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.catalyst.plans.logical.Project;
+import org.apache.spark.sql.catalyst.trees.TreeNodeTag;
 import scala.Option;
 import scala.jdk.javaapi.CollectionConverters;
 
@@ -29,8 +30,8 @@ import scala.jdk.javaapi.CollectionConverters;
  *           :  +- terms
  *           +- cats
  * after:  Project [notes..., terms..., cats...]
- *           +- Join Inner, ai_if('Does {0} mention {1}?', body, term, named_struct(selectivity, 0.9, join_order, ...))
- *              :- Join Inner, ai_if('Is {0} about {1}?', body, cat, named_struct(selectivity, 0.1, join_order, ...))
+ *           +- Join Inner, ai_if('Does {0} mention {1}?', body, term, named_struct(selectivity, 0.9))   [tagged]
+ *              :- Join Inner, ai_if('Is {0} about {1}?', body, cat, named_struct(selectivity, 0.1))   [tagged]
  *              :  :- notes
  *              :  +- cats
  *              +- terms
@@ -41,18 +42,20 @@ import scala.jdk.javaapi.CollectionConverters;
  * each AI predicate is priced by {@link AiCost#join} at those tuples with the cheaper anchor
  * (or the hinted one), its anchors the live documents of the anchor's table. The order as
  * written is kept unless another is strictly cheaper. The chosen order, its cost and the cost
- * of the written order ride in the predicates' hints as {@code join_order} (JSON), which
+ * of the written order ride on each AI predicate's call as the tag {@link #ORDER} (JSON), which
  * {@link QuailAiJoin} copies into each quail_join spec for explain, and each predicate's
- * priced pairs and live documents as {@code join_priced}, which QuailAiJoin prices the
- * join with (so the joins' costs add up to the chosen order's); a tree whose predicates
- * carry it is left as it is (the rule is idempotent). Trees with a relational condition
+ * priced pairs and live documents as the tag {@link #PRICED}, which QuailAiJoin prices the
+ * join with (so the joins' costs add up to the chosen order's); the user's hint is left as
+ * written. A tree whose predicates carry the tag is left as it is (the rule is idempotent). Trees with a relational condition
  * between two tables, join hints, or an AI predicate over three tables or with a column
  * argument over two tables ({@code x.title || z.label}) are Spark's to order.
  * Rows are those of an inner join whatever the order; a Project restores the column order.
  */
 public class QuailAiJoinOrder extends AiRule<Join> {
-    static final String FIELD = "join_order";
-    static final String PRICED = "join_priced";  // [pairs, live documents of column 1, of column 2] as priced
+    /** The chosen order, its cost and the written order's (JSON), on each AI predicate's call. */
+    static final TreeNodeTag<String> ORDER = new TreeNodeTag<>("quail.join_order");
+    /** [pairs, live documents of column 1, of column 2] as the order priced them (JSON), on each call. */
+    static final TreeNodeTag<String> PRICED = new TreeNodeTag<>("quail.join_priced");
     private static final int MAX_TABLES = 5;
 
     public QuailAiJoinOrder(SparkSession session) {
@@ -72,7 +75,7 @@ public class QuailAiJoinOrder extends AiRule<Join> {
             AiCalls.Predicate ai = AiCalls.predicate(c);
             if (ai == null) ai = AiCalls.scoreCompared(c);  // ai_score(...) > x and the like join as ai_if does
             if (ai != null && ai.columns.size() == 2 && refs.length == 2) {
-                if (ai.hints.containsKey(FIELD)) return p;  // already ordered
+                if (ai.tag(ORDER) != null) return p;  // already ordered
                 Edge same = sameScore(edges, ai);
                 if (same != null) {  // a second bound on one score (BETWEEN): one edge, one evaluation
                     same.also.add(c);
@@ -291,9 +294,8 @@ public class QuailAiJoinOrder extends AiRule<Join> {
         return cur;
     }
 
-    /** The AI predicate with {@code join_order} and {@code join_priced} added to its hint (a struct; one
-     * made when it has none). */
+    /** The AI predicate with its call tagged with the order and its priced pairs (not in the user's hint). */
     private static Expression withOrder(Expression cond, String json, String priced) {
-        return AiCalls.withHint(AiCalls.withHint(cond, FIELD, Catalyst.literal(json)), PRICED, Catalyst.literal(priced));
+        return AiCalls.tagged(AiCalls.tagged(cond, ORDER, json), PRICED, priced);
     }
 }

@@ -201,8 +201,7 @@ final class QuailArgTypes extends AbstractFunction1<LogicalPlan, BoxedUnit> {
                 ok = kind.equals("generate");
             } else {
                 ok = (key.equals("anchor") && !kind.equals("extract") && !kind.equals("summarize"))
-                    || key.equals(QuailAnchorHint.FIELD) || key.equals(QuailAiJoinOrder.FIELD)
-                    || key.equals(QuailAiJoinOrder.PRICED);
+                    || key.equals(QuailAnchorHint.FIELD);
             }
             if (!ok) {
                 throw Catalyst.analysisError(name + ": hint '" + key + "': unknown hint of " + name
