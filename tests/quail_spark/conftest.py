@@ -29,8 +29,10 @@ def tables(spark):
     return {"notes": NOTES, "terms": TERMS}
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def qs(spark, tables):
+    """SmolLM2 installed again for each test: the last install on a session is the one its queries use, and
+    other modules install other models."""
     from quail_spark import QuailSession
 
     return QuailSession(spark, model="smollm2-135m", device="cpu")
