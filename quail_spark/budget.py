@@ -33,11 +33,12 @@ def requested(folder: str, query: str) -> int:
     return total
 
 
-def stop_if_over(folder: str | None, budget: dict) -> None:
-    """Raise :class:`BudgetExceeded` when the query of ``budget`` requested more than its max_tokens."""
+def stop_if_over(folder: str | None, budget) -> None:
+    """Raise :class:`BudgetExceeded` when the query of ``budget`` (``specs.Budget``) requested more than its
+    max_tokens."""
     if not folder:
         return
-    used, limit = requested(folder, budget["query"]), int(budget["max_tokens"])
+    used, limit = requested(folder, budget.query), budget.max_tokens
     if used > limit:
         raise BudgetExceeded(f"quail: the query was stopped: its AI operators requested {used:,} tokens, more than "
                              f"spark.quail.maxTokensPerQuery={limit:,}")

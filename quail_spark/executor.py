@@ -29,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 
 from quail_spark.decode_args import decode_args
+from quail_spark.specs import parse
 
 GPU_DEVICES = ("cuda", "gpu", "auto")
 
@@ -174,13 +175,11 @@ def udf_chain(conf, run, spec, doc):
     the document's KV stays while its next predicate runs: ``Engine.chain``),
     NULL for a NULL, empty or whitespace-only document.
     """
-    import json
-
     from gpu_worker.ai_calls import Call, is_null
     from gpu_worker.prompts import PromptTooLong
 
     _check_strings("quail_chain", spec, [doc])
-    calls = [Call("if", c["template"], 1) for c in json.loads(spec[0].as_py())["calls"]]
+    calls = [Call("if", c.template, 1) for c in parse("chain", spec[0].as_py()).calls]
     docs = doc.to_pylist()
     rows = [r for r, d in enumerate(docs) if not is_null(d)]
     out = [None] * len(docs)
@@ -221,7 +220,7 @@ def udf_join(conf, run, spec, *cols):
     comparisons, all of them, on the score ``ai_score`` gives.
     """
     s, got = _join_answers(conf, run, "quail_join", spec, cols)
-    bounds = s.get("score_bounds")
+    bounds = s.score_bounds
     if bounds is not None:
         tests = [(_SCORE_OPS[op], spark_order(float(x))) for op, x in bounds]
         got = [None if v is None else all(compare(spark_order(v), x) for compare, x in tests) for v in got]
@@ -236,17 +235,16 @@ def udf_join_score(conf, run, spec, *cols):
     return pa.array(_join_answers(conf, run, "quail_join_score", spec, cols)[1], pa.float64())
 
 
-def _join_answers(conf, run, name: str, spec, cols) -> tuple[dict, list]:
+def _join_answers(conf, run, name: str, spec, cols) -> tuple:
     """(spec, answers) of the pairs of an AI join's internal call: ai_score's scores for quail_join_score
     and for a quail_join spec with ``score_bounds``, else ai_if's answers."""
-    import json
 
     from gpu_worker.ai_calls import Call, evaluate
 
     _check_strings(name, spec, cols)
-    s = json.loads(spec[0].as_py())
-    kind = "score" if name == "quail_join_score" or s.get("score_bounds") is not None else "if"
-    call = Call(kind, s["template"], len(cols), anchor=s.get("anchor_arg"))
+    s = parse(name.removeprefix("quail_"), spec[0].as_py())
+    kind = "score" if name == "quail_join_score" or s.score_bounds is not None else "if"
+    call = Call(kind, s.template, len(cols), anchor=s.anchor_arg)
     rows = list(range(len(spec)))
     with _reporting(conf, run, spec, rows_out="passed") as eng:
         values = [c.to_pylist() for c in cols]
@@ -264,8 +262,6 @@ def udf_match(conf, run, spec, *cols):
     are evaluated together. With ``"kind": "score"`` in the spec (``quail_match_score``, an
     ``ai_score`` call in the condition), the answers are the scores ``ai_score`` gives.
     """
-    import json
-
     from gpu_worker.ai_calls import Call, evaluate
 
     for i, c in enumerate(cols):
@@ -276,13 +272,13 @@ def udf_match(conf, run, spec, *cols):
     lengths = np.nan_to_num(cols[0].value_lengths().to_numpy(zero_copy_only=False).astype(float)).astype(np.int64)
     if any(len(f) != int(lengths.sum()) for f in flat):
         raise ValueError("quail_match: the argument lists of a row differ in length")
-    s = json.loads(spec[0].as_py())
-    kind = s.get("kind", "if")
+    s = parse("match", spec[0].as_py())
+    kind = s.kind
     fn = f"ai_{kind} (outer, semi or anti AI join, quail_match)"
-    if s.get("template_arg"):  # each pair's template comes first: the pairs read as a call's rows
-        got = _per_template(conf, run, kind, flat, shown_as=fn, anchor=s.get("anchor_arg"))
+    if s.template_arg:  # each pair's template comes first: the pairs read as a call's rows
+        got = _per_template(conf, run, kind, flat, shown_as=fn, anchor=s.anchor_arg)
     else:
-        call = Call(kind, s["template"], len(cols), anchor=s.get("anchor_arg"))
+        call = Call(kind, s.template, len(cols), anchor=s.anchor_arg)
         pairs = list(range(len(flat[0])))
         with _reporting(conf, run) as eng:
             values = [f.to_pylist() for f in flat]
@@ -302,16 +298,14 @@ def udf_eval(conf, run, spec, *args):
     ``flags`` (ai_if), ``scores`` (ai_score), ``labels`` (ai_classify): one element per
     call of that kind, in spec order.
     """
-    import json
-
     from gpu_worker.ai_calls import FUNCTIONS, as_json, evaluate_together
 
     _check_strings("quail_eval", spec, [])
-    calls = json.loads(spec[0].as_py())["calls"]
+    calls = parse("eval", spec[0].as_py()).calls
     items, wheres, places = [], [], []
     for k, c in enumerate(calls):
-        fn = _public(c["fn"])
-        for call, rows, values in _parsed(fn, [args[i] for i in c["args"]]):
+        fn = _public(c.fn)
+        for call, rows, values in _parsed(fn, [args[i] for i in c.args]):
             items.append((call, values))
             wheres.append(_where(f"{fn} (fused by quail_eval)", rows, call.n_cols, values))
             places.append((k, rows))
@@ -322,7 +316,7 @@ def udf_eval(conf, run, spec, *args):
                 results[k][r] = x
     by_field: dict = {}
     for c, res in zip(calls, results):
-        kind = FUNCTIONS[_public(c["fn"])]
+        kind = FUNCTIONS[_public(c.fn)]
         by_field.setdefault(_FIELD_OF[kind], []).append([as_json(x) for x in res] if kind == "extract" else res)
     arrays = [pa.array([list(row) for row in zip(*by_field[name])] if name in by_field else [[]] * len(spec),
                        pa.list_(t)) for name, _, t in EVAL_FIELDS]
@@ -430,6 +424,7 @@ class _reporting:
         from quail_spark.budget import stop_if_over
         from quail_spark.metrics import append, record
         from quail_spark.operators import actual_line
+        from quail_spark.specs import budget
 
         self.meter.__exit__(kind, err, tb)
         d = record(self.meter, errored_rows=int(err is not None))
@@ -439,11 +434,12 @@ class _reporting:
             rows = len(self.spec)
             passed = int(stages[-1].get("passed", 0)) if self.rows_out == "passed" and stages else rows
             d["ops"] = actual_line(spec, rows, passed, d, time.perf_counter() - self.t0)
-        if "budget" in spec:
-            d["query"] = spec["budget"]["query"]
+        limit = budget(spec)
+        if limit is not None:
+            d["query"] = limit.query
         append(self.run.get("metrics_dir"), d)
-        if "budget" in spec and err is None:
-            stop_if_over(self.run.get("metrics_dir"), spec["budget"])
+        if limit is not None and err is None:
+            stop_if_over(self.run.get("metrics_dir"), limit)
         return False
 
 

@@ -36,6 +36,7 @@ import json
 from gpu_worker import ai_calls
 from gpu_worker.ai_calls import EXTRACT_UDF
 from quail_spark.operators import estimated
+from quail_spark.specs import Chain, Cost, Eval, Join, parse
 
 INTERNAL = tuple(f"{name}(" for name in ai_calls.INTERNAL)  # a call's name as the plan prints it
 
@@ -97,10 +98,11 @@ def explain_plan(text: str, calls=(), model: str = "", tasks: dict | None = None
     ({op id: tasks at once}, ``concurrency.tasks_at_once``) adds the wall of the work so spread."""
     out = [text.rstrip()]
     planned = planned_calls(text)
-    chains = [s for k, s in planned if k == "chain"]
-    joins = [s for k, s in planned if k in ("join", "join_score")]
-    evals = [s for k, s in planned if k == "eval" and "cost" in s]
-    matches = [s for k, s in planned if k in ("match", "match_score")]
+    typed = [(k, parse(k, s)) for k, s in planned]
+    chains = [s for k, s in typed if k == "chain"]
+    joins = [s for k, s in typed if k in ("join", "join_score")]
+    evals = [s for k, s in typed if k == "eval" and s.cost is not None]
+    matches = [s for k, s in typed if k in ("match", "match_score")]
     total = {"requested": 0.0, "fresh": 0.0, "seconds": 0.0}
     for specs, heading, lines in (
             (chains, "AI filter order (as the plan evaluates; rank = SoL s per row / (1 - selectivity))", _chain),
@@ -110,20 +112,21 @@ def explain_plan(text: str, calls=(), model: str = "", tasks: dict | None = None
             out.append(f"== {heading} ==")
         for spec in specs:
             out += lines(spec)
-            _add(total, spec["cost"])
+            if spec.cost is not None:
+                _add(total, spec.cost)
     if matches:
         out.append("== AI calls on each row's partners (outer / semi / anti joins, correlated subqueries: every "
                    "pair evaluated, the row's document first; no estimate) ==")
-        out += [f"  {'ai_score' if s.get('kind') == 'score' else 'ai_if'}"
-                f"({s['template'] if 'template' in s else 'each row template'!r})" for s in matches]
-    orders = {json.dumps(s["join_order"], sort_keys=True): s["join_order"] for s in joins if "join_order" in s}
+        out += [f"  {'ai_score' if s.kind == 'score' else 'ai_if'}"
+                f"({s.template if s.template is not None else 'each row template'!r})" for s in matches]
+    orders = dict.fromkeys(s.join_order for s in joins if s.join_order is not None)  # one per tree, in order
     if orders:
         out.append("== AI join order (Selinger-style over the AI predicates; SoL s, survivor-thinned) ==")
-        for o in orders.values():
-            out += [f"  chosen: {' > '.join(o['chosen'])}  cost {o['seconds']:.3g} s",
-                    f"  written: {' > '.join(o['written'])}  cost {o['written_seconds']:.3g} s"]
-    templates = ({c["template"] for s in chains + evals for c in s["calls"]}
-                 | {s["template"] for s in joins + matches if "template" in s})
+        for o in orders:
+            out += [f"  chosen: {' > '.join(o.chosen)}  cost {o.seconds:.3g} s",
+                    f"  written: {' > '.join(o.written)}  cost {o.written_seconds:.3g} s"]
+    templates = ({c.template for s in chains + evals for c in s.calls}
+                 | {s.template for s in joins + matches if s.template is not None})
     rest = [c for c in calls if c.template not in templates]
     if rest:
         out.append("== AI calls the rules did not plan (no estimate: evaluated as written) ==")
@@ -141,48 +144,48 @@ def explain_plan(text: str, calls=(), model: str = "", tasks: dict | None = None
     return "\n".join(out)
 
 
-def _chain(spec: dict) -> list:
-    out = [f"on {spec['doc']} ({_n(spec['rows'])} rows, {spec['rows_source']}; document "
-           f"{_n(spec['doc_tokens'])} tokens, {spec['tokens_source']}; cost {_cost(spec['cost'])}):"]
-    for k, c in enumerate(spec["calls"]):
-        out.append(f"  {k + 1}. ai_if({c['template']!r}) selectivity={c['selectivity']:g} "
-                   f"({c['selectivity_source']}) rank={c['rank']:.3g} evaluated={_n(c['evaluated'])}")
+def _chain(spec: Chain) -> list:
+    out = [f"on {spec.doc} ({_n(spec.rows)} rows, {spec.rows_source}; document "
+           f"{_n(spec.doc_tokens)} tokens, {spec.tokens_source}; cost {_cost(spec.cost)}):"]
+    for k, c in enumerate(spec.calls):
+        out.append(f"  {k + 1}. ai_if({c.template!r}) selectivity={c.selectivity:g} "
+                   f"({c.selectivity_source}) rank={c.rank:.3g} evaluated={_n(c.evaluated)}")
     return out
 
 
-def _eval(spec: dict) -> list:
-    out = [f"on {spec['doc']} ({_n(spec['rows'])} rows, {spec['rows_source']}; document "
-           f"{_n(spec['doc_tokens'])} tokens, {spec['tokens_source']}; cost {_cost(spec['cost'])}):"]
-    for k, c in enumerate(spec["calls"]):
-        fn = "ai_extract" if c["fn"].lower() == EXTRACT_UDF else c["fn"]
-        decoded = f" output <= {_n(c['output_tokens'])} tokens" if "output_tokens" in c else ""
-        out.append(f"  {k + 1}. {fn}({c['template']!r}){decoded} SoL s per row={c['seconds_per_row']:.3g}")
+def _eval(spec: Eval) -> list:
+    out = [f"on {spec.doc} ({_n(spec.rows)} rows, {spec.rows_source}; document "
+           f"{_n(spec.doc_tokens)} tokens, {spec.tokens_source}; cost {_cost(spec.cost)}):"]
+    for k, c in enumerate(spec.calls):
+        fn = "ai_extract" if c.fn.lower() == EXTRACT_UDF else c.fn
+        decoded = f" output <= {_n(c.output_tokens)} tokens" if c.output_tokens is not None else ""
+        out.append(f"  {k + 1}. {fn}({c.template!r}){decoded} SoL s per row={c.seconds_per_row:.3g}")
     return out
 
 
-def _join(spec: dict) -> list:
-    cols = ", ".join(s["column"] for s in spec["sides"])
-    call = f"ai_if({spec['template']!r}, {cols})"
-    if spec.get("score_bounds") is not None:
-        score = f"ai_score({spec['template']!r}, {cols})"
-        call = " AND ".join(f"{score} {op} {x}" for op, x in spec["score_bounds"])
-    if spec.get("score_compared") is not None:  # quail_join_score: Spark compares each pair's score
-        call = f"ai_score({spec['template']!r}, {cols}) {spec['score_compared']}"
-    pairs = f" over {_n(spec['pairs'])} pairs (join order, survivor-thinned)" if "pairs" in spec else ""
-    out = [f"  {call}: anchor {spec['anchor']} ({spec['why']}){pairs}; cost {_cost(spec['cost'])}"]
-    for s in spec["sides"]:
-        out.append(f"    {s['column']}: {_n(s['rows'])} rows ({s['rows_source']}), {_n(s['tokens'])} tokens "
-                   f"({s['tokens_source']}); as anchor {_cost(s['cost_as_anchor'])}")
+def _join(spec: Join) -> list:
+    cols = ", ".join(s.column for s in spec.sides)
+    call = f"ai_if({spec.template!r}, {cols})"
+    if spec.score_bounds is not None:
+        score = f"ai_score({spec.template!r}, {cols})"
+        call = " AND ".join(f"{score} {op} {x}" for op, x in spec.score_bounds)
+    if spec.score_compared is not None:  # quail_join_score: Spark compares each pair's score
+        call = f"ai_score({spec.template!r}, {cols}) {spec.score_compared}"
+    pairs = f" over {_n(spec.pairs)} pairs (join order, survivor-thinned)" if spec.pairs is not None else ""
+    out = [f"  {call}: anchor {spec.anchor} ({spec.why}){pairs}; cost {_cost(spec.cost)}"]
+    for s in spec.sides:
+        out.append(f"    {s.column}: {_n(s.rows)} rows ({s.rows_source}), {_n(s.tokens)} tokens "
+                   f"({s.tokens_source}); as anchor {_cost(s.cost_as_anchor)}")
     return out
 
 
-def _add(total: dict, cost: dict) -> None:
+def _add(total: dict, cost: Cost) -> None:
     for k in total:
-        total[k] += cost[k]
+        total[k] += getattr(cost, k)
 
 
-def _cost(c: dict) -> str:
-    return f"{c['fresh']:,.0f} fresh tokens, SoL {c['seconds']:.3g} s"
+def _cost(c: Cost | None) -> str:
+    return "not priced" if c is None else f"{c.fresh:,.0f} fresh tokens, SoL {c.seconds:.3g} s"
 
 
 def _call(c) -> str:

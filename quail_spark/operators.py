@@ -14,6 +14,8 @@ import hashlib
 import json
 import math
 
+from quail_spark.specs import Chain, Eval, parse
+
 COLUMNS = ("rows_in", "rows_out", "requested_tokens", "fresh_tokens")
 KINDS = {"chain": "AI filter chain", "join": "AI join", "join_score": "AI join (scores)", "eval": "AI calls together"}
 
@@ -54,30 +56,32 @@ def estimated(planned, tasks: dict | None = None) -> list:
     ``engine_seconds`` are one engine's serial seconds (the cost model's), ``seconds`` the wall of that
     work spread over its tasks."""
     out = []
-    for kind, spec in planned:
-        if kind not in KINDS or "cost" not in spec:
+    for kind, raw in planned:
+        if kind not in KINDS:
             continue
-        rows_in, rows_out, label = _rows(kind, spec)
-        c, op = spec["cost"], op_id(spec)
+        spec = parse(kind, raw)
+        if spec.cost is None:
+            continue
+        rows_in, rows_out, label = _rows(spec)
+        c, op = spec.cost, op_id(raw)
         n = max(1, min((tasks or {}).get(op, 1), math.ceil(rows_in or 1)))
         out.append({"op": op, "kind": KINDS[kind], "call": label, "rows_in": rows_in, "rows_out": rows_out,
-                    "requested_tokens": c["requested"], "fresh_tokens": c["fresh"], "tasks": n,
-                    "engine_seconds": c["seconds"], "seconds": c["seconds"] / n})
+                    "requested_tokens": c.requested, "fresh_tokens": c.fresh, "tasks": n,
+                    "engine_seconds": c.seconds, "seconds": c.seconds / n})
     return out
 
 
-def _rows(kind: str, spec: dict) -> tuple:
-    if kind == "chain":
-        rows, kept = spec["rows"], spec["rows"]
-        for c in spec["calls"]:
-            kept *= c["selectivity"]
-        return rows, kept, " AND ".join(f"ai_if({c['template']!r})" for c in spec["calls"])
-    if kind == "eval":
-        return spec["rows"], spec["rows"], ", ".join(f"{c['fn']}({c['template']!r})" for c in spec["calls"])
-    sides = spec["sides"]
-    pairs = spec.get("pairs") or sides[0]["rows"] * sides[-1]["rows"]
-    label = f"ai_if({spec['template']!r}, {', '.join(s['column'] for s in sides)})"
-    return pairs, pairs * spec.get("selectivity", 0.5), label
+def _rows(spec) -> tuple:
+    if isinstance(spec, Chain):
+        kept = spec.rows
+        for c in spec.calls:
+            kept *= c.selectivity
+        return spec.rows, kept, " AND ".join(f"ai_if({c.template!r})" for c in spec.calls)
+    if isinstance(spec, Eval):
+        return spec.rows, spec.rows, ", ".join(f"{c.fn}({c.template!r})" for c in spec.calls)
+    pairs = spec.pairs or spec.sides[0].rows * spec.sides[-1].rows
+    label = f"ai_if({spec.template!r}, {', '.join(s.column for s in spec.sides)})"
+    return pairs, pairs * spec.selectivity, label
 
 
 def actual_line(spec: dict, rows: int, passed: int, delta: dict, seconds: float) -> dict:
