@@ -51,9 +51,9 @@ class ChainCall:
 
 
 @dataclass(frozen=True)
-class Chain:
-    """``quail_chain(spec, document)``: the AI predicates of one filter over one document (``QuailFilterChain``)."""
-    calls: tuple[ChainCall, ...]
+class OnDocument:
+    """What a call over one document column estimates: the document, its tokens, the rows, their sources,
+    the cost; and the query's budget where it has one."""
     doc: str = ""
     doc_tokens: float = 0.0
     tokens_source: str = ""
@@ -61,6 +61,12 @@ class Chain:
     rows_source: str = ""
     cost: Cost | None = None
     budget: Budget | None = None
+
+
+@dataclass(frozen=True)
+class Chain(OnDocument):
+    """``quail_chain(spec, document)``: the AI predicates of one filter over one document (``QuailFilterChain``)."""
+    calls: tuple[ChainCall, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -114,16 +120,9 @@ class EvalCall:
 
 
 @dataclass(frozen=True)
-class Eval:
+class Eval(OnDocument):
     """``quail_eval(spec, args...)``: the AI calls of one plan node over one document (``QuailFuseCalls``)."""
-    calls: tuple[EvalCall, ...]
-    doc: str = ""
-    doc_tokens: float = 0.0
-    tokens_source: str = ""
-    rows: float = 0.0
-    rows_source: str = ""
-    cost: Cost | None = None
-    budget: Budget | None = None
+    calls: tuple[EvalCall, ...] = ()
 
 
 @dataclass(frozen=True)
