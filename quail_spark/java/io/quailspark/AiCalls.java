@@ -186,7 +186,7 @@ final class AiCalls {
         }
 
         /** The value a rule tagged the call with ({@link AiCalls#tagged}), or null. */
-        String tag(TreeNodeTag<String> t) {
+        <T> T tag(TreeNodeTag<T> t) {
             return udf.getTagValue(t).getOrElse(() -> null);
         }
 
@@ -327,7 +327,7 @@ final class AiCalls {
      * call is copied first: the analyzed plan shares it, and a tag on it would reach every later plan of the
      * query. Anything else is returned as it is.
      */
-    static Expression tagged(Expression e, TreeNodeTag<String> tag, String value) {
+    static <T> Expression tagged(Expression e, TreeNodeTag<T> tag, T value) {
         Predicate p = predicate(e);
         if (p == null && scoreCompared(e) != null) {  // a score comparison: its ai_score call is tagged
             List<Expression> kids = new ArrayList<>();
@@ -340,7 +340,7 @@ final class AiCalls {
         return p == null ? e : tagged(p.udf, tag, value);
     }
 
-    private static Expression tagged(PythonUDF call, TreeNodeTag<String> tag, String value) {
+    private static <T> Expression tagged(PythonUDF call, TreeNodeTag<T> tag, T value) {
         Expression copy = call.clone();
         copy.setTagValue(tag, value);
         return copy;

@@ -107,12 +107,9 @@ final class AiCost {
             return new Cost(requested * k, fresh * k, seconds * k);
         }
 
-        com.fasterxml.jackson.databind.node.ObjectNode node() {
-            com.fasterxml.jackson.databind.node.ObjectNode n = Json.object();
-            n.put("requested", Json.figure(requested));
-            n.put("fresh", Json.figure(fresh));
-            n.put("seconds", Json.figure(seconds));
-            return n;
+        /** As a spec carries it: six significant figures. */
+        Specs.Cost spec() {
+            return new Specs.Cost(Json.figure(requested), Json.figure(fresh), Json.figure(seconds));
         }
     }
 

@@ -1,13 +1,13 @@
 package io.quailspark;
 
+import com.fasterxml.jackson.annotation.JsonInclude;
 import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.core.json.JsonReadFeature;
 import com.fasterxml.jackson.core.json.JsonWriteFeature;
 import com.fasterxml.jackson.databind.json.JsonMapper;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
-import com.fasterxml.jackson.databind.node.ArrayNode;
-import com.fasterxml.jackson.databind.node.ObjectNode;
+import com.fasterxml.jackson.databind.PropertyNamingStrategies;
 import java.math.BigDecimal;
 import java.math.MathContext;
 
@@ -19,22 +19,32 @@ final class Json {
     // NaN written bare and read back, as Python's json module does (a score bound may be NaN)
     private static final ObjectMapper MAPPER = JsonMapper.builder().disable(JsonWriteFeature.WRITE_NAN_AS_STRINGS)
         .enable(JsonReadFeature.ALLOW_NON_NUMERIC_NUMBERS).build();
+    // the specs' records: snake_case names, a null field absent
+    private static final ObjectMapper SPECS = JsonMapper.builder().disable(JsonWriteFeature.WRITE_NAN_AS_STRINGS)
+        .propertyNamingStrategy(PropertyNamingStrategies.SNAKE_CASE)
+        .serializationInclusion(JsonInclude.Include.NON_NULL).build();
     private static final MathContext FIGURES = new MathContext(6);
 
     private Json() {}
-
-    static ObjectNode object() {
-        return MAPPER.createObjectNode();
-    }
-
-    static ArrayNode array() {
-        return MAPPER.createArrayNode();
-    }
 
     /** An estimate as the specs carry it: six significant figures. */
     static double figure(double x) {
         if (Double.isNaN(x) || Double.isInfinite(x)) return x;
         return new BigDecimal(x).round(FIGURES).doubleValue();
+    }
+
+    /** The JSON text of a spec ({@link Specs}' records). */
+    static String spec(Object record) {
+        try {
+            return SPECS.writeValueAsString(record);
+        } catch (JsonProcessingException e) {
+            throw new IllegalStateException(e);
+        }
+    }
+
+    /** A spec record as a tree (to add a field every kind of spec takes: the budget). */
+    static JsonNode tree(Object record) {
+        return SPECS.valueToTree(record);
     }
 
     static String text(JsonNode node) {

@@ -302,20 +302,13 @@ final class PartnerMatch {
                                         DataType elem, List<PythonUDF> done, List<Alias> answers) {
         boolean score = AiCalls.isScore(call);
         AiCalls.Predicate p = score ? AiCalls.score(call) : AiCalls.predicate(call);
-        List<Expression> cols;
-        com.fasterxml.jackson.databind.node.ObjectNode spec = Json.object();
         Double anchorArg = Hints.number(Hints.of(call).get(QuailAnchorHint.FIELD));
-        if (p == null) {  // each row's template, read from a column: one more per-pair list, first
-            cols = AiCalls.rowTemplate(call);
-            spec.put("template_arg", true);
-        } else {
-            cols = p.columns;
-            spec.put("template", p.template);
-        }
-        if (anchorArg != null) spec.put("anchor_arg", anchorArg.intValue());
-        if (score) spec.put("kind", "score");
+        // p == null: each row's template, read from a column: one more per-pair list, first
+        List<Expression> cols = p == null ? AiCalls.rowTemplate(call) : p.columns;
+        Specs.Match spec = new Specs.Match(p == null ? Boolean.TRUE : null, p == null ? null : p.template,
+            anchorArg == null ? null : anchorArg.intValue(), score ? "score" : null);
         List<Expression> args = new ArrayList<>();
-        args.add(Catalyst.literal(Json.text(spec)));
+        args.add(Catalyst.literal(Json.spec(spec)));
         for (Expression col : cols) {
             if (!(col.dataType() instanceof StringType)) return null;
             NamedLambdaVariable i = AiCalls.containsAi(col) ? index() : null;

@@ -155,7 +155,7 @@ public class QuailAiJoin extends AiRule<Join> {
             tokens = new double[n];
             rowsSource = new String[n];
             tokensSource = new String[n];
-            double[] priced = priced(p.tag(QuailAiJoinOrder.PRICED), n);
+            double[] priced = n == 2 ? p.tag(QuailAiJoinOrder.PRICED) : null;
             pairs = priced != null ? Double.valueOf(priced[0]) : null;
             for (int i = 0; i < n; i++) {
                 LogicalPlan side = onLeft[i] ? j.left() : j.right();
@@ -196,18 +196,6 @@ public class QuailAiJoin extends AiRule<Join> {
             }
         }
 
-        /** [pairs, live documents per column] as the join order priced them ({@link QuailAiJoinOrder#PRICED}), or null. */
-        private static double[] priced(String json, int n) {
-            com.fasterxml.jackson.databind.JsonNode parts = Json.read(json);
-            if (parts == null || n != 2 || !parts.isArray() || parts.size() != 3) return null;
-            double[] out = new double[3];
-            for (int i = 0; i < 3; i++) {
-                if (!parts.get(i).isNumber()) return null;
-                out[i] = parts.get(i).asDouble();
-            }
-            return out;
-        }
-
         /**
          * quail_join(spec, columns...): spec is JSON of the template, the hints and the estimates; for
          * score comparisons ({@code bounds}, JSON pairs [op, bound]) the rows kept satisfy all of them.
@@ -215,34 +203,19 @@ public class QuailAiJoin extends AiRule<Join> {
          * (the operator's name and the other side, for explain).
          */
         List<Expression> args(List<Object[]> bounds, String compared) {
-            com.fasterxml.jackson.databind.node.ObjectNode spec = Json.object();
-            spec.put("template", p.template);
-            spec.put("selectivity", Json.figure(p.selectivity()));
-            spec.put("selectivity_source", p.selectivitySource());
-            if (p.anchorArg() != null) spec.put("anchor_arg", p.anchorArg());
-            if (!bounds.isEmpty()) {  // kept rows: ai_score(...) <op> bound, for every pair
-                com.fasterxml.jackson.databind.node.ArrayNode all = spec.putArray("score_bounds");
-                for (Object[] b : bounds) all.addArray().add((String) b[0]).add((Double) b[1]);
-            }
-            if (compared != null) spec.put("score_compared", compared);
-            spec.put("anchor", p.columns.get(chosen).sql());
-            spec.put("why", why);
-            com.fasterxml.jackson.databind.node.ArrayNode sides = spec.putArray("sides");
+            List<Specs.ScoreBound> scoreBounds = new ArrayList<>();  // kept rows: ai_score(...) <op> bound, every pair
+            for (Object[] b : bounds) scoreBounds.add(new Specs.ScoreBound((String) b[0], (Double) b[1]));
+            List<Specs.Side> sides = new ArrayList<>();
             for (int i = 0; i < rows.length; i++) {
-                com.fasterxml.jackson.databind.node.ObjectNode side = sides.addObject();
-                side.put("column", p.columns.get(i).sql());
-                side.put("rows", Json.figure(rows[i]));
-                side.put("rows_source", rowsSource[i]);
-                side.put("tokens", Json.figure(tokens[i]));
-                side.put("tokens_source", tokensSource[i]);
-                side.set("cost_as_anchor", costs[i].node());
+                sides.add(new Specs.Side(p.columns.get(i).sql(), Json.figure(rows[i]), rowsSource[i],
+                    Json.figure(tokens[i]), tokensSource[i], costs[i].spec()));
             }
-            spec.set("cost", costs[chosen].node());
-            com.fasterxml.jackson.databind.JsonNode order = Json.read(p.tag(QuailAiJoinOrder.ORDER));
-            if (order != null) spec.set("join_order", order);
-            if (pairs != null) spec.put("pairs", Json.figure(pairs));
+            Specs.Join spec = new Specs.Join(p.template, Json.figure(p.selectivity()), p.selectivitySource(),
+                p.anchorArg(), scoreBounds.isEmpty() ? null : scoreBounds, compared, p.columns.get(chosen).sql(), why,
+                sides, costs[chosen].spec(), p.tag(QuailAiJoinOrder.ORDER),
+                pairs != null ? Double.valueOf(Json.figure(pairs)) : null);
             List<Expression> args = new ArrayList<>();
-            args.add(Catalyst.literal(Json.text(spec)));
+            args.add(Catalyst.literal(Json.spec(spec)));
             args.addAll(p.columns);
             return args;
         }

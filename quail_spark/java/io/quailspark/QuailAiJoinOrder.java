@@ -52,10 +52,10 @@ import scala.jdk.javaapi.CollectionConverters;
  * Rows are those of an inner join whatever the order; a Project restores the column order.
  */
 public class QuailAiJoinOrder extends AiRule<Join> {
-    /** The chosen order, its cost and the written order's (JSON), on each AI predicate's call. */
-    static final TreeNodeTag<String> ORDER = new TreeNodeTag<>("quail.join_order");
-    /** [pairs, live documents of column 1, of column 2] as the order priced them (JSON), on each call. */
-    static final TreeNodeTag<String> PRICED = new TreeNodeTag<>("quail.join_priced");
+    /** The chosen order, its cost and the written order's, on each AI predicate's call. */
+    static final TreeNodeTag<Specs.JoinOrder> ORDER = new TreeNodeTag<>("quail.join_order");
+    /** [pairs, live documents of column 1, of column 2] as the order priced them, on each call. */
+    static final TreeNodeTag<double[]> PRICED = new TreeNodeTag<>("quail.join_priced");
     private static final int MAX_TABLES = 5;
 
     public QuailAiJoinOrder(SparkSession session) {
@@ -108,15 +108,11 @@ public class QuailAiJoinOrder extends AiRule<Join> {
                 bestCost = c;
             }
         }
-        com.fasterxml.jackson.databind.node.ObjectNode chosen = Json.object();
-        chosen.set("chosen", names(best, edges, tables));
-        chosen.put("seconds", Json.figure(bestCost));
-        chosen.set("written", names(written, edges, tables));
-        chosen.put("written_seconds", Json.figure(writtenCost));
-        String json = Json.text(chosen);
+        Specs.JoinOrder chosen = new Specs.JoinOrder(names(best, edges, tables), Json.figure(bestCost),
+            names(written, edges, tables), Json.figure(writtenCost));
         double[][] priced = new double[edges.size()][];
         cost(best, edges, rows, model, priced);
-        LogicalPlan out = build(best, tables, edges, local, json, priced);
+        LogicalPlan out = build(best, tables, edges, local, chosen, priced);
         List<Attribute> want = CollectionConverters.asJava(p.output());
         if (want.equals(CollectionConverters.asJava(out.output()))) return out;
         return new Project(Catalyst.seq(new ArrayList<NamedExpression>(want)), out);
@@ -252,9 +248,8 @@ public class QuailAiJoinOrder extends AiRule<Join> {
     }
 
     /** JSON list of the tables in order, named by the qualifiers of the AI columns over them. */
-    private static com.fasterxml.jackson.databind.node.ArrayNode names(int[] order, List<Edge> edges,
-                                                                       List<LogicalPlan> tables) {
-        com.fasterxml.jackson.databind.node.ArrayNode out = Json.array();
+    private static List<String> names(int[] order, List<Edge> edges, List<LogicalPlan> tables) {
+        List<String> out = new ArrayList<>();
         for (int t : order) {
             String name = "table " + (t + 1);
             for (Edge e : edges) {
@@ -268,14 +263,13 @@ public class QuailAiJoinOrder extends AiRule<Join> {
 
     /** The left-deep tree of ``order``: each conjunct at the first join where its tables are in. */
     private static LogicalPlan build(int[] order, List<LogicalPlan> tables, List<Edge> edges,
-                                     List<Expression> local, String json, double[][] priced) {
+                                     List<Expression> local, Specs.JoinOrder chosen, double[][] priced) {
         List<Expression> pending = new ArrayList<>(local);
         for (int i = 0; i < edges.size(); i++) {
             Edge e = edges.get(i);
-            String at = Json.text(Json.array().add(Json.figure(priced[i][0])).add(Json.figure(priced[i][1]))
-                .add(Json.figure(priced[i][2])));
-            pending.add(withOrder(e.cond, json, at));
-            for (Expression c : e.also) pending.add(withOrder(c, json, at));  // the same hint: still one call
+            double[] at = {Json.figure(priced[i][0]), Json.figure(priced[i][1]), Json.figure(priced[i][2])};
+            pending.add(withOrder(e.cond, chosen, at));
+            for (Expression c : e.also) pending.add(withOrder(c, chosen, at));  // the same call: still one
         }
         LogicalPlan cur = tables.get(order[0]);
         for (int k = 1; k < order.length; k++) {
@@ -295,7 +289,7 @@ public class QuailAiJoinOrder extends AiRule<Join> {
     }
 
     /** The AI predicate with its call tagged with the order and its priced pairs (not in the user's hint). */
-    private static Expression withOrder(Expression cond, String json, String priced) {
-        return AiCalls.tagged(AiCalls.tagged(cond, ORDER, json), PRICED, priced);
+    private static Expression withOrder(Expression cond, Specs.JoinOrder chosen, double[] priced) {
+        return AiCalls.tagged(AiCalls.tagged(cond, ORDER, chosen), PRICED, priced);
     }
 }

@@ -48,9 +48,7 @@ final class QuailBudget extends Rule<LogicalPlan> {
                 + "request %,.0f tokens, more than %s=%,d; raise the budget, or narrow the query (a WHERE before "
                 + "the AI calls, a LIMIT)", requested, CONF, limit));
         }
-        com.fasterxml.jackson.databind.node.ObjectNode budget = Json.object();
-        budget.put("max_tokens", limit);
-        budget.put("query", query != null ? query : UUID.randomUUID().toString());
+        JsonNode budget = Json.tree(new Specs.Budget(limit, query != null ? query : UUID.randomUUID().toString()));
         return plan.transformAllExpressionsWithSubqueries(new Rewrite<Expression>(e -> {
             JsonNode s = Json.read(spec(e));
             if (s == null || !s.isObject() || s.has("budget")) return null;

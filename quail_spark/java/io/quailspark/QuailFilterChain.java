@@ -122,26 +122,16 @@ public class QuailFilterChain extends AiRule<Filter> {
 
         /** quail_chain(spec, document): spec is JSON of the ordered templates and the estimates. */
         List<Expression> args() {
-            com.fasterxml.jackson.databind.node.ObjectNode spec = Json.object();
-            spec.put("doc", doc.sql());
-            spec.put("doc_tokens", Json.figure(tokens.tokens));
-            spec.put("tokens_source", tokens.source);
-            spec.put("rows", Json.figure(rows));
-            spec.put("rows_source", rowsSource);
-            com.fasterxml.jackson.databind.node.ArrayNode calls = spec.putArray("calls");
+            List<Specs.ChainCall> calls = new ArrayList<>();
             for (int i = 0; i < ordered.size(); i++) {
                 AiCalls.Predicate p = ordered.get(i);
-                com.fasterxml.jackson.databind.node.ObjectNode c = calls.addObject();
-                c.put("template", p.template);
-                c.put("selectivity", Json.figure(p.selectivity()));
-                c.put("selectivity_source", p.selectivitySource());
-                c.put("seconds_per_row", Json.figure(perRow[i]));
-                c.put("rank", Json.figure(ranks[i]));
-                c.put("evaluated", Json.figure(evaluated[i]));
+                calls.add(new Specs.ChainCall(p.template, Json.figure(p.selectivity()), p.selectivitySource(),
+                    Json.figure(perRow[i]), Json.figure(ranks[i]), Json.figure(evaluated[i])));
             }
-            spec.set("cost", cost.node());
+            Specs.Chain spec = new Specs.Chain(doc.sql(), Json.figure(tokens.tokens), tokens.source,
+                Json.figure(rows), rowsSource, calls, cost.spec());
             List<Expression> args = new ArrayList<>();
-            args.add(Catalyst.literal(Json.text(spec)));
+            args.add(Catalyst.literal(Json.spec(spec)));
             args.add(doc);
             return args;
         }

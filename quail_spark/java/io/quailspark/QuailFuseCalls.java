@@ -199,25 +199,20 @@ public class QuailFuseCalls extends AiRule<LogicalPlan> {
 
         boolean add(List<PythonUDF> group) {
             List<Expression> args = new ArrayList<>();
-            com.fasterxml.jackson.databind.node.ObjectNode spec = Json.object();
-            com.fasterxml.jackson.databind.node.ArrayNode specCalls = spec.putArray("calls");
+            List<Specs.EvalCall> specCalls = new ArrayList<>();
             int[] perKind = new int[FIELDS.length];
             List<Expression> picks = new ArrayList<>();
             Estimate est = new Estimate(group, below);
             for (int i = 0; i < group.size(); i++) {
                 PythonUDF call = group.get(i);
-                com.fasterxml.jackson.databind.node.ObjectNode c = specCalls.addObject();
-                c.put("fn", call.name());
-                com.fasterxml.jackson.databind.node.ArrayNode at = c.putArray("args");
+                List<Integer> at = new ArrayList<>();
                 for (Expression a : list(call.children())) at.add(indexOf(args, a));
-                c.put("template", template(call));
-                c.put("seconds_per_row", Json.figure(est.perRow[i]));
-                if (AiCalls.isDecode(call)) c.put("output_tokens", Json.figure(AiCalls.outputTokens(call)));
+                specCalls.add(new Specs.EvalCall(call.name(), at, template(call), Json.figure(est.perRow[i]),
+                    AiCalls.isDecode(call) ? Double.valueOf(Json.figure(AiCalls.outputTokens(call))) : null));
                 picks.add(Literal$.MODULE$.apply(perKind[field(call)]++));
             }
-            est.into(spec);
             List<Expression> udfArgs = new ArrayList<>();
-            udfArgs.add(Catalyst.literal(Json.text(spec)));
+            udfArgs.add(Catalyst.literal(Json.spec(est.spec(specCalls))));
             udfArgs.addAll(args);
             Expression eval = Catalyst.call(session, AiCalls.EVAL, udfArgs);
             if (eval == null) return false;
@@ -307,14 +302,10 @@ public class QuailFuseCalls extends AiRule<LogicalPlan> {
             }
         }
 
-        /** The estimate's fields of the spec: the document, its tokens, the rows and the cost. */
-        void into(com.fasterxml.jackson.databind.node.ObjectNode spec) {
-            spec.put("doc", doc.sql());
-            spec.put("doc_tokens", Json.figure(tokens.tokens));
-            spec.put("tokens_source", tokens.source);
-            spec.put("rows", Json.figure(rows));
-            spec.put("rows_source", rowsSource);
-            spec.set("cost", cost.node());
+        /** The spec of {@code calls} with this estimate: the document, its tokens, the rows and the cost. */
+        Specs.Eval spec(List<Specs.EvalCall> calls) {
+            return new Specs.Eval(calls, doc.sql(), Json.figure(tokens.tokens), tokens.source, Json.figure(rows),
+                rowsSource, cost.spec());
         }
     }
 
