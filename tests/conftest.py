@@ -64,6 +64,21 @@ def smol_engine():
     return Engine(EngineConfig(model="smollm2-135m", device="cpu"))
 
 
+_SESSIONS = []  # the spark fixture's session, once started
+
+
+@pytest.fixture(scope="module", autouse=True)
+def smollm2_after_each_module():
+    """After a module, the session's AI functions are SmolLM2's again where the module installed another model
+    (the last install on a SparkSession is the one its queries use): a later module's SmolLM2 tests (the `qs`
+    fixture, checked against a SmolLM2 reference) never run on a random model whatever the order of modules."""
+    yield
+    if _SESSIONS and _SESSIONS[0].conf.get("spark.quail.model.name", "smollm2-135m") != "smollm2-135m":
+        import quail_spark
+
+        quail_spark.install(_SESSIONS[0], model="smollm2-135m", device="cpu")
+
+
 @pytest.fixture(scope="session")
 def spark():
     """One local[2] SparkSession with the quail-spark extension, shared by every test directory."""
@@ -82,6 +97,7 @@ def spark():
         builder = builder.config(k, v)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
+    _SESSIONS.append(session)
     # The JVMs started from here on (spark-submit in the CLI, Connect and notebook subprocesses) compile with
     # C1 only: each runs a few small queries, and on 2 cores C2's compiler threads took more CPU from the
     # Python workers than its code saved (a subprocess kill test 42 -> 35 s). This session's JVM, which runs

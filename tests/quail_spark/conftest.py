@@ -29,10 +29,10 @@ def tables(spark):
     return {"notes": NOTES, "terms": TERMS}
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def qs(spark, tables):
-    """SmolLM2 installed again for each test: the last install on a session is the one its queries use, and
-    other modules install other models."""
+    """SmolLM2 on the session's AI functions (a module that installs another model installs SmolLM2 again after
+    its tests: tests/conftest.py)."""
     from quail_spark import QuailSession
 
     return QuailSession(spark, model="smollm2-135m", device="cpu")
