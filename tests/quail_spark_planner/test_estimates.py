@@ -72,6 +72,18 @@ def test_a_dataframe_of_python_rows_is_sampled_too(qs):
     assert {s["column"]: s["rows"] for s in join["sides"]} == {"t.term": 3, "n.body": 60}
 
 
+def test_a_document_made_of_columns_is_sampled_too(qs):
+    """A document that is an expression of columns (a cast, a concat) is measured on the sample as a column is,
+    not priced at the 300-token default."""
+    plain = _spec(qs.spark, "SELECT id FROM est_notes WHERE ai_if('Is {0} late?', body)", "chain")
+    joined = _spec(qs.spark, "SELECT id FROM est_notes WHERE ai_if('Is {0} late?', concat(kind, ': ', body))", "chain")
+    number = _spec(qs.spark, "SELECT id FROM est_notes WHERE ai_if('Is {0} odd?', CAST(id AS STRING))", "chain")
+    for spec in (plain, joined, number):
+        assert spec["tokens_source"].startswith("sample of 60 rows"), spec
+    assert plain["doc_tokens"] + 1 <= joined["doc_tokens"] <= plain["doc_tokens"] + 6  # "a: " or "b: " more
+    assert number["doc_tokens"] <= 4  # 0 to 59: a digit or two
+
+
 def test_a_second_plan_reads_the_cached_sample(qs):
     _spec(qs.spark, FILTER, "chain")
     assert _spec(qs.spark, FILTER, "chain")["rows_source"] == "sample of 60 rows, cached"

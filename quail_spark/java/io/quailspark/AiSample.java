@@ -14,10 +14,13 @@ import org.apache.hadoop.fs.Path;
 import org.apache.parquet.hadoop.ParquetFileReader;
 import org.apache.parquet.hadoop.metadata.BlockMetaData;
 import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.Alias;
 import org.apache.spark.sql.catalyst.expressions.Attribute;
+import org.apache.spark.sql.catalyst.expressions.AttributeSet;
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.Literal;
 import org.apache.spark.sql.catalyst.expressions.NamedExpression;
+import org.apache.spark.sql.catalyst.expressions.NamedExpression$;
 import org.apache.spark.sql.catalyst.expressions.PythonUDF;
 import org.apache.spark.sql.catalyst.plans.logical.Limit$;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
@@ -32,6 +35,7 @@ import org.apache.spark.sql.internal.SQLConf;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StringType;
+import scala.Option;
 import scala.jdk.javaapi.CollectionConverters;
 
 /**
@@ -77,18 +81,17 @@ final class AiSample {
     }
 
     /**
-     * The facts of {@code plan} (and its string column {@code col}, or null for rows only), or null. Over
-     * several leaves (a join's result), a column's facts are those of the input it comes from.
+     * The facts of {@code plan} (and its string document {@code col}: a column, or a deterministic expression of
+     * columns such as {@code CAST(id AS STRING)} or {@code concat(title, body)}; null for rows only), or null.
+     * Over several leaves (a join's result), a document's facts are those of the input its columns come from.
      */
     static Facts of(LogicalPlan plan, Expression col) {
         int limit = limit();
         if (limit <= 0) return null;
-        Attribute a = null;
         if (col != null) {
-            if (!(col instanceof Attribute) || !(col.dataType() instanceof StringType)) return null;
-            a = (Attribute) col;
-            if (!plan.outputSet().contains(a)) return null;
-            plan = columnInput(plan, a);
+            if (!(col.dataType() instanceof StringType) || !col.deterministic() || col.exists(x -> x instanceof PythonUDF)
+                || col.references().isEmpty() || !col.references().subsetOf(plan.outputSet())) return null;
+            plan = columnInput(plan, col.references());
             if (plan == null) return null;
         }
         if (hasPythonUdf(plan)) return null;
@@ -99,14 +102,14 @@ final class AiSample {
             ? (HadoopFsRelation) ((LogicalRelation) leaf).relation() : null;
         if (fs == null && !(leaf instanceof LogicalRDD) || leaf.isStreaming()) return null;
         String source = fs != null ? files(fs) : "rdd " + ((LogicalRDD) leaf).rdd().id();
-        String key = source + "|" + limit + "|" + plan.canonicalized() + "|" + (a == null ? "" : a.exprId());
+        String key = source + "|" + limit + "|" + plan.canonicalized() + "|" + (col == null ? "" : col.canonicalized());
         Facts hit = CACHE.get(key);
         if (hit != null) {
             hit.cached = true;
             return hit;
         }
         try {
-            Facts f = measure(plan, leaf, fs, a, limit);
+            Facts f = measure(plan, leaf, fs, col, limit);
             CACHE.put(key, f);
             return f;
         } catch (RuntimeException e) {  // a source that cannot be read here is priced as before
@@ -114,18 +117,19 @@ final class AiSample {
         }
     }
 
-    /** The part of {@code plan} over one leaf that outputs {@code a}, down through the inputs of joins
-     * (and every other node of several inputs); null when {@code a} is made above them. */
-    private static LogicalPlan columnInput(LogicalPlan plan, Attribute a) {
+    /** The part of {@code plan} over one leaf that outputs the columns {@code refs}, down through the inputs of
+     * joins (and every other node of several inputs); null when they are made above them or come from two. */
+    private static LogicalPlan columnInput(LogicalPlan plan, AttributeSet refs) {
         while (plan.children().size() > 1) {
             LogicalPlan next = null;
             for (LogicalPlan c : CollectionConverters.asJava(plan.children())) {
-                if (c.outputSet().contains(a)) next = c;
+                if (refs.subsetOf(c.outputSet())) next = c;
             }
             if (next == null) return null;
             plan = next;
         }
-        return plan.children().isEmpty() || plan.collectLeaves().size() == 1 ? plan : columnInput(plan.children().head(), a);
+        return plan.children().isEmpty() || plan.collectLeaves().size() == 1 ? plan
+            : columnInput(plan.children().head(), refs);
     }
 
     static int limit() {
@@ -136,7 +140,7 @@ final class AiSample {
         }
     }
 
-    private static Facts measure(LogicalPlan plan, LogicalPlan leaf, HadoopFsRelation fs, Attribute a, int limit) {
+    private static Facts measure(LogicalPlan plan, LogicalPlan leaf, HadoopFsRelation fs, Expression doc, int limit) {
         long t0 = System.nanoTime();
         SparkSession spark = SparkSession.active();
         LogicalPlan limited = (LogicalPlan) Limit$.MODULE$.apply(Literal.create(limit, DataTypes.IntegerType), leaf);
@@ -149,10 +153,12 @@ final class AiSample {
         if (total < 0) total = n == 0 ? 0 : fs.location().sizeInBytes() / Math.max(1.0, rowBytes / n);
         LogicalPlan below = replace(plan, leaf, limited);
         List<NamedExpression> cols = new ArrayList<>();
-        cols.add(a != null ? a : (Attribute) plan.output().head());
+        cols.add(doc == null ? (Attribute) plan.output().head() : doc instanceof Attribute ? (Attribute) doc
+            : new Alias(doc, "document", NamedExpression$.MODULE$.newExprId(), Catalyst.seq(new ArrayList<String>()),
+                Option.empty(), Catalyst.seq(new ArrayList<String>())));
         InternalRow[] passedRows = collect(spark, new Project(CollectionConverters.asScala(cols).toSeq(), below));
         double passed = passedRows.length, pieces = 0, nonNull = 0;
-        if (a != null) {
+        if (doc != null) {
             for (InternalRow r : passedRows) {
                 if (r.isNullAt(0)) continue;
                 pieces += pieces(r.getUTF8String(0).toString());
@@ -160,7 +166,7 @@ final class AiSample {
             }
         }
         double selectivity = n == 0 ? 0 : passed / n;
-        Double avg = a == null || nonNull == 0 ? null : pieces / nonNull;
+        Double avg = doc == null || nonNull == 0 ? null : pieces / nonNull;
         return new Facts(total * selectivity, total, n, passed, avg, (System.nanoTime() - t0) / 1e9);
     }
 
