@@ -42,12 +42,12 @@ def tasks_at_once(df) -> dict:
         return {}
     n_slots, out = slots(df.sparkSession), {}
     for node in _nodes(plan):
-        specs = _specs(node)
-        if not specs:
+        calls = _calls(node)
+        if not calls:
             continue
         n = min(n_slots, _partitions(node.children().apply(0)))
-        for spec in specs:
-            out[op_id(spec)] = max(1, n)
+        for kind, spec in calls:
+            out[op_id(kind, spec)] = max(1, n)
     return out
 
 
@@ -60,12 +60,12 @@ def _nodes(plan):
         stack += [ch.apply(i) for i in range(ch.size())]
 
 
-def _specs(node) -> list:
-    """The specs of the rules' internal calls a Python-evaluating node computes ([] for any other node)."""
+def _calls(node) -> list:
+    """[(kind, spec)] of the rules' internal calls a Python-evaluating node computes ([] for any other node)."""
     name = node.getClass().getSimpleName()
     if "Python" not in name and "Arrow" not in name:
         return []
-    return [spec for _, spec in calls_in_line(node.simpleString(1 << 20))]
+    return calls_in_line(node.simpleString(1 << 20))
 
 
 def _partitions(node) -> int:

@@ -183,7 +183,7 @@ def udf_chain(conf, run, spec, doc):
     docs = doc.to_pylist()
     rows = [r for r, d in enumerate(docs) if not is_null(d)]
     out = [None] * len(docs)
-    with _reporting(conf, run, spec, rows_out="passed") as eng:
+    with _reporting(conf, run, spec, rows_out="passed", kind="chain") as eng:
         try:
             m = eng.chain([docs[r] for r in rows], [c.question for c in calls], short_circuit=True)
         except PromptTooLong as e:
@@ -246,7 +246,7 @@ def _join_answers(conf, run, name: str, spec, cols) -> tuple:
     kind = "score" if name == "quail_join_score" or s.score_bounds is not None else "if"
     call = Call(kind, s.template, len(cols), anchor=s.anchor_arg)
     rows = list(range(len(spec)))
-    with _reporting(conf, run, spec, rows_out="passed") as eng:
+    with _reporting(conf, run, spec, rows_out="passed", kind=name.removeprefix("quail_")) as eng:
         values = [c.to_pylist() for c in cols]
         return s, evaluate(eng, call, values, where=_where(f"ai_{kind} (AI join, {name})", rows, len(cols), values))
 
@@ -310,7 +310,7 @@ def udf_eval(conf, run, spec, *args):
             wheres.append(_where(f"{fn} (fused by quail_eval)", rows, call.n_cols, values))
             places.append((k, rows))
     results = [[None] * len(spec) for _ in calls]
-    with _reporting(conf, run, spec) as eng:
+    with _reporting(conf, run, spec, kind="eval") as eng:
         for (k, rows), got in zip(places, evaluate_together(eng, items, wheres)):
             for r, x in zip(rows, got):
                 results[k][r] = x
@@ -407,8 +407,8 @@ class _reporting:
     operator's id too where the batch is an operator the rules planned (``spec``: its spec column;
     ``rows_out``: 'passed' when the rows out are those the last stage passed, else the rows in)."""
 
-    def __init__(self, conf: dict, run: dict, spec=None, rows_out: str = "rows"):
-        self.conf, self.run, self.spec, self.rows_out = conf, run, spec, rows_out
+    def __init__(self, conf: dict, run: dict, spec=None, rows_out: str = "rows", kind: str = ""):
+        self.conf, self.run, self.spec, self.rows_out, self.kind = conf, run, spec, rows_out, kind
 
     def __enter__(self):
         from gpu_worker.counters import metered
@@ -433,7 +433,7 @@ class _reporting:
             stages = self.meter.stages
             rows = len(self.spec)
             passed = int(stages[-1].get("passed", 0)) if self.rows_out == "passed" and stages else rows
-            d["ops"] = actual_line(spec, rows, passed, d, time.perf_counter() - self.t0)
+            d["ops"] = actual_line(self.kind, spec, rows, passed, d, time.perf_counter() - self.t0)
         limit = budget(spec)
         if limit is not None:
             d["query"] = limit.query

@@ -14,40 +14,25 @@ import hashlib
 import json
 import math
 
-from quail_spark.specs import Chain, Eval, parse
+from quail_spark.specs import Chain, Eval, identity, parse
 
 COLUMNS = ("rows_in", "rows_out", "requested_tokens", "fresh_tokens")
 KINDS = {"chain": "AI filter chain", "join": "AI join", "join_score": "AI join (scores)", "eval": "AI calls together"}
 
 
-# what a spec carries besides the operator itself: the run's budget and the planner's estimates and their
-# sources, which differ between two plans of one query ("sample of 60 rows, scan 0.2 s", then "..., cached";
-# rates measured after the first plan)
-NOT_IDENTITY = frozenset({
-    "budget", "cost", "cost_as_anchor", "rows", "rows_source", "doc_tokens", "tokens", "tokens_source", "pairs",
-    "rank", "evaluated", "selectivity", "selectivity_source", "seconds", "written_seconds", "seconds_per_row",
-    "why"})
+def op_id(kind: str, spec: dict) -> str:
+    """The id of the operator of internal call ``quail_<kind>`` with ``spec`` (its JSON as a dict): a hash of
+    the spec's fields but the run's budget and the planner's estimates (``specs.identity``), so that an
+    estimate and the run it precedes name one operator alike.
 
-
-def op_id(spec: dict) -> str:
-    """The id of an operator: a hash of its spec without the run's settings and the planner's estimates
-    (`NOT_IDENTITY`, at any depth), so that an estimate and the run it precedes name one operator alike.
-
-    >>> op_id({"calls": [], "budget": {"max_tokens": 5}}) == op_id({"calls": []})
-    True
     >>> a = {"doc": "body", "rows": 20, "rows_source": "sample of 60 rows, scan 0.2 s", "calls": [{"template": "t"}]}
-    >>> op_id(a) == op_id({**a, "rows_source": "sample of 60 rows, cached"}), op_id(a) == op_id({**a, "doc": "x"})
-    (True, False)
+    >>> op_id("chain", a) == op_id("chain", {**a, "rows_source": "sample of 60 rows, cached"})
+    True
+    >>> op_id("chain", a) == op_id("chain", {**a, "doc": "x"})
+    False
     """
-    return hashlib.sha1(json.dumps(_identity(spec), sort_keys=True).encode()).hexdigest()[:10]
-
-
-def _identity(x):
-    if isinstance(x, dict):
-        return {k: _identity(v) for k, v in x.items() if k not in NOT_IDENTITY}
-    if isinstance(x, list):
-        return [_identity(v) for v in x]
-    return x
+    key = {"call": kind, **identity(parse(kind, spec))}
+    return hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
 
 
 def estimated(planned, tasks: dict | None = None) -> list:
@@ -63,7 +48,7 @@ def estimated(planned, tasks: dict | None = None) -> list:
         if spec.cost is None:
             continue
         rows_in, rows_out, label = _rows(spec)
-        c, op = spec.cost, op_id(raw)
+        c, op = spec.cost, op_id(kind, raw)
         n = max(1, min((tasks or {}).get(op, 1), math.ceil(rows_in or 1)))
         out.append({"op": op, "kind": KINDS[kind], "call": label, "rows_in": rows_in, "rows_out": rows_out,
                     "requested_tokens": c.requested, "fresh_tokens": c.fresh, "tasks": n,
@@ -84,9 +69,10 @@ def _rows(spec) -> tuple:
     return pairs, pairs * spec.selectivity, label
 
 
-def actual_line(spec: dict, rows: int, passed: int, delta: dict, seconds: float) -> dict:
+def actual_line(kind: str, spec: dict, rows: int, passed: int, delta: dict, seconds: float) -> dict:
     """The per-operator counters of one batch, for the metrics line (``metrics.add`` sums them)."""
-    return {op_id(spec): {"batches": 1, "rows_in": rows, "rows_out": passed, "requested_tokens": delta.get("requested_tokens", 0),
+    return {op_id(kind, spec): {"batches": 1, "rows_in": rows, "rows_out": passed,
+                                "requested_tokens": delta.get("requested_tokens", 0),
                  "fresh_tokens": delta.get("fresh_tokens", 0), "seconds": seconds}}
 
 

@@ -3,7 +3,8 @@
 The Java rules write a spec as the first argument of each internal call they plan (one Java record per
 call, `Specs.java`, serialized with Jackson: snake_case names, absent where null). The executors' bodies,
 explain and the per-operator estimates read it here, once, with :func:`parse`; a field neither side knows
-is an error, not a silent default. An operator's id hashes the spec's JSON itself (``operators.op_id``).
+is an error, not a silent default. An operator's id hashes its spec's fields but the estimates
+(:func:`identity`, ``operators.op_id``).
 
 >>> s = parse("chain", '{"doc": "t.body", "calls": [{"template": "Is {0} rude?", "selectivity": 0.1}]}')
 >>> s.calls[0].template, s.calls[0].selectivity, s.cost is None
@@ -22,6 +23,13 @@ import json
 import types
 import typing
 from dataclasses import dataclass
+
+
+def _estimate(default=dataclasses.MISSING):
+    """A field that is an estimate or its source (or the run's budget), not a part of the operator: an
+    operator's id leaves it out (:func:`identity`), so the estimate made before a run ("sample of 60 rows,
+    scan 0.2 s") and the run's plan ("..., cached") name one operator."""
+    return dataclasses.field(default=default, metadata={"estimate": True})
 
 
 @dataclass(frozen=True)
@@ -43,11 +51,11 @@ class Budget:
 class ChainCall:
     """One ai_if of a chain, in evaluation order, with its estimate."""
     template: str
-    selectivity: float = 0.5
-    selectivity_source: str = "default"
-    seconds_per_row: float = 0.0
-    rank: float = 0.0
-    evaluated: float = 0.0
+    selectivity: float = _estimate(0.5)
+    selectivity_source: str = _estimate("default")
+    seconds_per_row: float = _estimate(0.0)
+    rank: float = _estimate(0.0)
+    evaluated: float = _estimate(0.0)
 
 
 @dataclass(frozen=True)
@@ -55,12 +63,12 @@ class OnDocument:
     """What a call over one document column estimates: the document, its tokens, the rows, their sources,
     the cost; and the query's budget where it has one."""
     doc: str = ""
-    doc_tokens: float = 0.0
-    tokens_source: str = ""
-    rows: float = 0.0
-    rows_source: str = ""
-    cost: Cost | None = None
-    budget: Budget | None = None
+    doc_tokens: float = _estimate(0.0)
+    tokens_source: str = _estimate("")
+    rows: float = _estimate(0.0)
+    rows_source: str = _estimate("")
+    cost: Cost | None = _estimate(None)
+    budget: Budget | None = _estimate(None)
 
 
 @dataclass(frozen=True)
@@ -73,11 +81,11 @@ class Chain(OnDocument):
 class Side:
     """One column of an AI join: its rows and tokens and their sources, and its cost as the anchor."""
     column: str
-    rows: float
-    rows_source: str
-    tokens: float
-    tokens_source: str
-    cost_as_anchor: Cost
+    rows: float = _estimate()
+    rows_source: str = _estimate()
+    tokens: float = _estimate()
+    tokens_source: str = _estimate()
+    cost_as_anchor: Cost = _estimate()
 
 
 @dataclass(frozen=True)
@@ -95,18 +103,18 @@ class Join:
     ``score_bounds``: ``((op, x), ...)``, the ON's comparisons of the score with literals; ``score_compared``:
     the comparison Spark makes with each pair's score (quail_join_score)."""
     template: str
-    selectivity: float = 0.5
-    selectivity_source: str = "default"
+    selectivity: float = _estimate(0.5)
+    selectivity_source: str = _estimate("default")
     anchor_arg: int | None = None
     score_bounds: tuple[tuple[str, float], ...] | None = None
     score_compared: str | None = None
     anchor: str = ""
-    why: str = ""
+    why: str = _estimate("")
     sides: tuple[Side, ...] = ()
-    cost: Cost | None = None
-    join_order: JoinOrder | None = None
-    pairs: float | None = None
-    budget: Budget | None = None
+    cost: Cost | None = _estimate(None)
+    join_order: JoinOrder | None = _estimate(None)
+    pairs: float | None = _estimate(None)
+    budget: Budget | None = _estimate(None)
 
 
 @dataclass(frozen=True)
@@ -115,7 +123,7 @@ class EvalCall:
     fn: str
     args: tuple[int, ...]
     template: str = ""
-    seconds_per_row: float = 0.0
+    seconds_per_row: float = _estimate(0.0)
     output_tokens: float | None = None
 
 
@@ -146,6 +154,24 @@ def parse(kind: str, spec) -> Spec:
     return _build(KINDS[kind], d, f"a quail_{kind} spec")
 
 
+def identity(spec) -> dict:
+    """The fields of ``spec`` that make its operator, nested specs likewise: every field but the estimates.
+
+    >>> identity(parse("chain", {"doc": "t.body", "rows": 20, "calls": [{"template": "t", "rank": 0.3}]}))
+    {'doc': 't.body', 'calls': [{'template': 't'}]}
+    """
+    return {f.name: _identity(getattr(spec, f.name))
+            for f in dataclasses.fields(spec) if not f.metadata.get("estimate")}
+
+
+def _identity(v):
+    if dataclasses.is_dataclass(v):
+        return identity(v)
+    if isinstance(v, tuple):
+        return [_identity(x) for x in v]
+    return v
+
+
 def budget(spec: dict) -> Budget | None:
     """The budget a spec's JSON (a dict, whatever its call) carries, or None."""
     b = spec.get("budget")
@@ -160,6 +186,9 @@ def _build(cls, d: dict, what: str):
     for k in d:
         if k not in hints:
             raise ValueError(f"{what} has no field {k!r} (its fields: {', '.join(names)})")
+    missing = [f.name for f in dataclasses.fields(cls) if f.name not in d and f.default is dataclasses.MISSING]
+    if missing:
+        raise ValueError(f"{what} lacks {', '.join(repr(m) for m in missing)}")
     return cls(**{k: _value(hints[k], v, f"{what}'s {k}") for k, v in d.items()})
 
 

@@ -3,12 +3,15 @@ of every golden plan, each field typed, and a field no reader knows refused by n
 from __future__ import annotations
 
 import doctest
+import json
 from pathlib import Path
 
 import pytest
 
+import quail_spark.operators
 import quail_spark.specs
 from quail_spark.explain import calls_in_line
+from quail_spark.operators import op_id
 from quail_spark.specs import KINDS, Chain, Eval, Join, Match, parse
 
 GOLDEN = Path(__file__).resolve().parents[1] / "quail_spark" / "golden"
@@ -16,6 +19,18 @@ GOLDEN = Path(__file__).resolve().parents[1] / "quail_spark" / "golden"
 
 def test_the_module_examples_hold():
     assert doctest.testmod(quail_spark.specs).failed == 0
+    assert doctest.testmod(quail_spark.operators).failed == 0
+
+
+def test_an_operator_is_its_spec_without_the_estimates():
+    """Every golden spec keeps its id when each of its estimates changes, and changes it with its call."""
+    for name, kind, raw in _golden_specs():
+        moved = json.loads(json.dumps(raw).replace('"sample of', '"other sample of'))
+        if "rows" in raw:
+            moved["rows"] = raw["rows"] * 3 + 1
+        assert op_id(kind, moved) == op_id(kind, raw), name
+        if "template" in raw:
+            assert op_id(kind, {**raw, "template": raw["template"] + "?"}) != op_id(kind, raw), name
 
 
 def _golden_specs() -> list:
