@@ -22,6 +22,7 @@ import org.apache.spark.sql.catalyst.expressions.Literal;
 import org.apache.spark.sql.catalyst.expressions.NamedExpression;
 import org.apache.spark.sql.catalyst.expressions.NamedExpression$;
 import org.apache.spark.sql.catalyst.expressions.PythonUDF;
+import org.apache.spark.sql.catalyst.expressions.SubqueryExpression;
 import org.apache.spark.sql.catalyst.plans.logical.Limit$;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.catalyst.plans.logical.Project;
@@ -89,7 +90,8 @@ final class AiSample {
         int limit = limit();
         if (limit <= 0) return null;
         if (col != null) {
-            if (!(col.dataType() instanceof StringType) || !col.deterministic() || col.exists(x -> x instanceof PythonUDF)
+            if (!(col.dataType() instanceof StringType) || !col.deterministic()
+                || col.exists(x -> x instanceof PythonUDF || x instanceof SubqueryExpression)  // no job at planning
                 || col.references().isEmpty() || !col.references().subsetOf(plan.outputSet())) return null;
             plan = columnInput(plan, col.references());
             if (plan == null) return null;
