@@ -9,7 +9,9 @@ of the two times is the attention term, the rest the linear one. The figures go 
 ``<cache>/rates/<weights>.json`` beside the converted weights (``weights.cache_root``),
 keyed ``<device type>/<dtype>``; the driver reads them there (:func:`cached`).
 
-On a CPU the calls are small (SmolLM2-135M on two cores: a few tenths of a second); on a GPU
+On a CPU the calls are small (512 fresh tokens at 64 and 512 tokens a prompt, the lengths of the documents
+a query brings: SmolLM2-135M in a task of one core, about 3 s once; fitted at 32 and 128 tokens the rates
+priced 512-token prompts 1.9x slow); on a GPU
 they are the size of a full pass of the engine's work (64k fresh tokens at 512 and 4,096 tokens
 a prompt), each shape run once untimed first (kernels compile), so the rate is the rate of real
 work, not of a launch (Qwen3-4B on one H100: about 5 s once). ``EngineConfig(measure_rate=False)``
@@ -25,7 +27,7 @@ from pathlib import Path
 from .config import CACHE_ENV, env
 
 # (short prompt, long prompt, fresh tokens per timed call) in tokens, per device type
-SIZES = {"cpu": (32, 128, 256), "cuda": (512, 4096, 65536)}
+SIZES = {"cpu": (64, 512, 512), "cuda": (512, 4096, 65536)}
 WORDS = ("amber", "basil", "cedar", "delta", "ember", "fjord", "gravel", "harbor", "island", "juniper",
          "kettle", "lantern", "meadow", "nickel", "orchard", "pepper", "quarry", "river", "saddle", "timber")
 
@@ -57,17 +59,18 @@ def cached(cache: Path, key: str, device_type: str, dtype: str) -> dict | None:
 
 
 def measure(engine, cache: Path, key: str) -> dict:
-    """Time the engine at two prompt lengths (unless cached), store and return the fitted rates."""
+    """Time the engine at two prompt lengths (unless cached at those lengths), store and return the fitted
+    rates."""
     device_type, dtype = engine.rt.device.type, str(engine.rt.dtype)
+    short, long, fresh = SIZES.get(device_type, SIZES["cuda"])
+    long = min(long, engine.rt.max_position // 2)  # a prompt, frame included, within the model's context
+    short = min(short, long // 4)
     hit = cached(cache, key, device_type, dtype)
-    if hit is not None:
+    if hit is not None and hit.get("prompt_tokens") == [short, long]:  # else measured at other lengths: again
         return hit
     m = engine.model_config
     n_lin = m.linear_params
     attn = 4 * m.num_layers * m.num_heads * m.head_dim
-    short, long, fresh = SIZES.get(device_type, SIZES["cuda"])
-    long = min(long, engine.rt.max_position // 2)  # a prompt, frame included, within the model's context
-    short = min(short, long // 4)
     engine.filter([_text(engine, 8, 99)], ["Is it?"])  # warm-up: first-call set-up is not throughput
     rows = []  # (fresh tokens, attended pairs, seconds) of a call
     for length in (short, long):

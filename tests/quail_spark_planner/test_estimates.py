@@ -184,6 +184,21 @@ def test_the_engine_measures_its_rates_once_and_caches_them(tmp_path):
     assert json.loads(rates.path(tmp_path, "tiny-llama-random").read_text()) == stored  # read, not measured again
 
 
+def test_rates_measured_at_other_prompt_lengths_are_measured_again(tmp_path):
+    """A rates file from an earlier method (the CPU's rates fitted at 32 and 128 tokens a prompt) is not read
+    as this method's figure: the engine measures again at its own lengths and replaces it."""
+    from gpu_worker import Engine, EngineConfig, rates, weights
+
+    cfg = EngineConfig(model="tiny-llama-random", device="cpu", kv_pool_tokens=2048, cache_dir=str(tmp_path),
+                       tokenizer=str(weights.resolve("smollm2-135m").tokenizer_folder))
+    stale = {"rate": 1.0, "attn_rate": 1.0, "prompt_tokens": [32, 128], "tokens_per_s": [1, 1]}
+    rates.path(tmp_path, "tiny-llama-random").parent.mkdir(parents=True)
+    rates.path(tmp_path, "tiny-llama-random").write_text(json.dumps({"cpu/float32": stale}))
+    Engine(cfg)
+    fig = rates.cached(tmp_path, "tiny-llama-random", "cpu", "float32")
+    assert fig["prompt_tokens"] == list(rates.SIZES["cpu"][:2]) and fig["rate"] > 1.0
+
+
 def test_rates_are_measured_within_a_short_context_at_the_gpus_sizes(tmp_path, monkeypatch):
     """The GPU's prompt lengths (512 and 4,096 tokens, capped at half the model's context) on a model of
     2,048 positions: every prompt fits, and a text asked for n tokens has about n, whatever the digits of
