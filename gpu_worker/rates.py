@@ -62,12 +62,16 @@ def measure(engine, cache: Path, key: str) -> dict:
     """Time the engine at two prompt lengths (unless cached at those lengths), store and return the fitted
     rates."""
     device_type, dtype = engine.rt.device.type, str(engine.rt.dtype)
-    short, long, fresh = SIZES.get(device_type, SIZES["cuda"])
-    long = min(long, engine.rt.max_position // 2)  # a prompt, frame included, within the model's context
+    short, wanted, fresh = SIZES.get(device_type, SIZES["cuda"])
+    room = engine.rt.max_position - len(engine.render_filter("", "Is it?")) - 8  # a document's, with a margin
+    long = min(wanted, engine.rt.max_position // 2, room)  # a prompt, frame included, within the context
     short = min(short, long // 4)
     hit = cached(cache, key, device_type, dtype)
-    if hit is not None and hit.get("prompt_tokens") == [short, long]:  # else measured at other lengths: again
-        return hit
+    limited = long < min(wanted, engine.model_config.max_position // 2)  # max_prompt_tokens below the lengths
+    if hit is not None and (hit.get("prompt_tokens") == [short, long] or limited):
+        return hit  # else measured at other lengths (an earlier method, a limited engine): measured again
+    if limited and hit is None and short < 8:
+        return None  # prompts too short to time: the preset prices this model until a wider engine loads
     m = engine.model_config
     n_lin = m.linear_params
     attn = 4 * m.num_layers * m.num_heads * m.head_dim

@@ -199,6 +199,25 @@ def test_rates_measured_at_other_prompt_lengths_are_measured_again(tmp_path):
     assert fig["prompt_tokens"] == list(rates.SIZES["cpu"][:2]) and fig["rate"] > 1.0
 
 
+def test_an_engine_whose_prompts_are_short_loads_and_keeps_the_figure_it_finds(tmp_path):
+    """max_prompt_tokens below the measuring lengths: the engine loads (before, its timing prompts overflowed
+    it whenever no figure was cached), and where a figure at the standard lengths is cached it is read, not
+    replaced by one timed on shorter prompts."""
+    import dataclasses
+
+    from gpu_worker import Engine, EngineConfig, rates, weights
+
+    cfg = EngineConfig(model="tiny-llama-random", device="cpu", kv_pool_tokens=2048, cache_dir=str(tmp_path / "a"),
+                       tokenizer=str(weights.resolve("smollm2-135m").tokenizer_folder), max_prompt_tokens=80)
+    assert Engine(cfg).rates is None  # nothing cached, prompts too short to time: the preset prices it
+    assert rates.cached(tmp_path / "a", "tiny-llama-random", "cpu", "float32") is None
+    wide = dataclasses.replace(cfg, cache_dir=str(tmp_path / "b"), max_prompt_tokens=None)
+    Engine(wide)
+    stored = rates.path(tmp_path / "b", "tiny-llama-random").read_text()
+    Engine(dataclasses.replace(wide, max_prompt_tokens=80))
+    assert rates.path(tmp_path / "b", "tiny-llama-random").read_text() == stored
+
+
 def test_rates_are_measured_within_a_short_context_at_the_gpus_sizes(tmp_path, monkeypatch):
     """The GPU's prompt lengths (512 and 4,096 tokens, capped at half the model's context) on a model of
     2,048 positions: every prompt fits, and a text asked for n tokens has about n, whatever the digits of
