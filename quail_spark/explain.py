@@ -103,7 +103,6 @@ def explain_plan(text: str, calls=(), model: str = "", tasks: dict | None = None
     joins = [s for k, s in typed if k in ("join", "join_score")]
     evals = [s for k, s in typed if k == "eval" and s.cost is not None]
     matches = [s for k, s in typed if k in ("match", "match_score")]
-    total = {"requested": 0.0, "fresh": 0.0, "seconds": 0.0}
     for specs, heading, lines in (
             (chains, "AI filter order (as the plan evaluates; rank = SoL s per row / (1 - selectivity))", _chain),
             (joins, "AI join anchors (the document whose KV is computed once)", _join),
@@ -112,8 +111,6 @@ def explain_plan(text: str, calls=(), model: str = "", tasks: dict | None = None
             out.append(f"== {heading} ==")
         for spec in specs:
             out += lines(spec)
-            if spec.cost is not None:
-                _add(total, spec.cost)
     if matches:
         out.append("== AI calls on each row's partners (outer / semi / anti joins, correlated subqueries: every "
                    "pair evaluated, the row's document first; no estimate) ==")
@@ -133,10 +130,11 @@ def explain_plan(text: str, calls=(), model: str = "", tasks: dict | None = None
         out += [f"  {_call(c)}" for c in rest]
     if chains or joins or evals:
         unpriced = " (the calls on partners carry none)" if matches else ""
+        ops = estimated(planned, tasks)  # the priced operators: the totals are theirs
         out += ["== SoL estimate ==",
-                f"the planned AI calls: {total['requested']:,.0f} tokens requested, {total['fresh']:,.0f} fresh; SoL "
-                f"{total['seconds']:.3g} s{f' ({model})' if model else ''}{unpriced}"]
-        ops = estimated(planned, tasks)
+                f"the planned AI calls: {sum(o['requested_tokens'] for o in ops):,.0f} tokens requested, "
+                f"{sum(o['fresh_tokens'] for o in ops):,.0f} fresh; SoL "
+                f"{sum(o['engine_seconds'] for o in ops):.3g} s{f' ({model})' if model else ''}{unpriced}"]
         if any(o["tasks"] > 1 for o in ops):
             spread = ", ".join(sorted({str(o["tasks"]) for o in ops}))
             out.append(f"on {spread} tasks at once (task slots, the operators' input partitions): wall "
@@ -177,11 +175,6 @@ def _join(spec: Join) -> list:
         out.append(f"    {s.column}: {_n(s.rows)} rows ({s.rows_source}), {_n(s.tokens)} tokens "
                    f"({s.tokens_source}); as anchor {_cost(s.cost_as_anchor)}")
     return out
-
-
-def _add(total: dict, cost: Cost) -> None:
-    for k in total:
-        total[k] += getattr(cost, k)
 
 
 def _cost(c: Cost | None) -> str:
