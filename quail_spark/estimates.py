@@ -56,7 +56,10 @@ def analyzed(query) -> str:
     est = estimate(query.to_df())
     query.collect(progress=False)
     report = query.report
-    text = analyze_table(est["operators"], report.get("ops", {}))
+    ops = report.get("ops", {})
+    text = analyze_table(est["operators"], ops)
+    ai_wall = sum(ops.get(o["op"], {}).get("wall_s", 0) for o in est["operators"])
     return (f"{text}\n== AI run: estimate / actual ==\n  {est['requested_tokens']:,.0f} / "
             f"{report.get('requested_tokens', 0):,} tokens requested, {est['fresh_tokens']:,.0f} / "
-            f"{report.get('fresh_tokens', 0):,} fresh; wall {est['seconds']:.2f} / {report.get('wall_s', 0):.2f} s")
+            f"{report.get('fresh_tokens', 0):,} fresh; AI operators' wall {est['seconds']:.2f} / {ai_wall:.2f} s "
+            f"(the action's {report.get('wall_s', 0):.2f} s)")

@@ -415,7 +415,7 @@ class _reporting:
 
         self.eng = get_engine(self.conf)
         self.meter = metered(self.eng.stats).__enter__()
-        self.t0 = time.perf_counter()
+        self.t0, self.started = time.perf_counter(), time.time()
         return self.eng
 
     def __exit__(self, kind, err, tb):
@@ -434,6 +434,7 @@ class _reporting:
             rows = len(self.spec)
             passed = int(stages[-1].get("passed", 0)) if self.rows_out == "passed" and stages else rows
             d["ops"] = actual_line(self.kind, spec, rows, passed, d, time.perf_counter() - self.t0)
+            d["span"] = {op: [self.started, time.time()] for op in d["ops"]}  # the operator's wall: metrics.spans
         limit = budget(spec)
         if limit is not None:
             d["query"] = limit.query

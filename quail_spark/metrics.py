@@ -57,17 +57,46 @@ def metrics(spark) -> dict:
     >>> quail_spark.metrics(spark)["requested_tokens"] - before["requested_tokens"]  # doctest: +SKIP
     """
     out = empty()
+    for line in _lines(spark):
+        add(out, line)
+    return out
+
+
+def mark(spark) -> dict:
+    """Where each metrics file of this session ends now (bytes): :func:`spans` reads the lines after it."""
     d = _conf(spark, SESSION_CONF)
     if not d or not os.path.isdir(d):
-        return out
+        return {}
+    return {f.name: f.stat().st_size for f in Path(d).glob("*.jsonl")}
+
+
+def spans(spark, since: dict) -> dict:
+    """Per AI operator (its id, quail_spark.operators), the seconds from the start of its first batch to
+    the end of its last among the lines written after ``since`` (a :func:`mark`): the wall of its
+    work, engine loads excluded, whatever else the stage did between its batches included. The times are
+    the executors' clocks."""
+    first: dict = {}
+    last: dict = {}
+    for line in _lines(spark, since):
+        for op, (start, end) in line.get("span", {}).items():
+            first[op] = min(first.get(op, start), start)
+            last[op] = max(last.get(op, end), end)
+    return {op: last[op] - first[op] for op in first}
+
+
+def _lines(spark, since: dict | None = None):
+    """The parsed lines of this session's metrics files (those after ``since``'s offsets where given)."""
+    d = _conf(spark, SESSION_CONF)
+    if not d or not os.path.isdir(d):
+        return
     for f in sorted(Path(d).glob("*.jsonl")):
-        with open(f, encoding="utf-8") as fh:
+        with open(f, "rb") as fh:
+            fh.seek((since or {}).get(f.name, 0))
             for line in fh:
                 try:
-                    add(out, json.loads(line))
-                except json.JSONDecodeError:
+                    yield json.loads(line)
+                except (json.JSONDecodeError, UnicodeDecodeError):
                     continue  # a line cut by a killed worker
-    return out
 
 
 def empty() -> dict:

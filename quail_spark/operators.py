@@ -78,14 +78,16 @@ def actual_line(kind: str, spec: dict, rows: int, passed: int, delta: dict, seco
 
 def analyze_table(estimates: list, actuals: dict) -> str:
     """Each operator's estimate beside its actual (``actuals``: op id -> counters of the run), one
-    line per operator, cells ``estimate / actual`` separated by `` | ``; seconds are engine seconds
-    (the actual summed over the operator's tasks), the tasks those that run it at once (estimated)."""
+    line per operator, cells ``estimate / actual`` separated by `` | ``; engine seconds are one engine's
+    (the actual summed over the operator's tasks), the tasks those that run it at once (estimated), the wall
+    the engine seconds over those tasks (the actual from the operator's first batch to its last)."""
     out = ["== AI operators: estimate / actual ==",
-           "  operator | rows in | rows out | tokens requested | tokens fresh | engine seconds | tasks | call"]
+           "  operator | rows in | rows out | tokens requested | tokens fresh | engine seconds | tasks | wall s | call"]
     for e in estimates:
         a = actuals.get(e["op"], {})
         cells = ([f"{e['kind']} {e['op']}"] + [_pair(e[k], a.get(k)) for k in COLUMNS]
-                 + [_pair(e["engine_seconds"], a.get("seconds")), str(e["tasks"]), e["call"]])
+                 + [_pair(e["engine_seconds"], a.get("seconds")), str(e["tasks"]), _pair(e["seconds"], a.get("wall_s")),
+                    e["call"]])
         out.append("  " + " | ".join(cells))
     return "\n".join(out)
 

@@ -178,10 +178,10 @@ class Query:
     def _run(self, action, summary: bool, progress: bool):
         import contextlib
 
-        from quail_spark.metrics import metrics
+        from quail_spark.metrics import mark, metrics, spans
         from quail_spark.notebook import Progress
 
-        before = metrics(self.session.spark)
+        before, since = metrics(self.session.spark), mark(self.session.spark)
         t0 = time.time()
         try:
             with Progress(self.session.spark) if progress else contextlib.nullcontext():
@@ -190,6 +190,8 @@ class Query:
             self._wall = time.time() - t0
             report = _difference(metrics(self.session.spark), before)
             report["stages"] = {k: v for k, v in report.get("stages", {}).items() if any(v.values())}
+            for op, wall in spans(self.session.spark, since).items():  # each operator's own wall
+                report.setdefault("ops", {}).setdefault(op, {})["wall_s"] = round(wall, 3)
             self._report = report
         if summary:
             print(self.summary())
@@ -200,7 +202,8 @@ class Query:
         """What the engines computed for the last :meth:`collect`: the difference of
         ``quail_spark.metrics(spark)`` around it (requested_tokens, fresh_tokens,
         reused_tokens, kv_regret_tokens, forward_passes, truncated_rows, errored_rows,
-        stages) plus ``wall_s``. Work of other queries running at the same time in the
+        stages, ``ops``: per AI operator its counters and ``wall_s``, from its first batch's start to
+        its last's end) plus ``wall_s`` (the action's). Work of other queries running at the same time in the
         session is counted too; after a collect that failed, the work done before the failure.
         Empty before the first :meth:`collect`. A dict that
         renders as tables in a notebook (:class:`quail_spark.notebook.Report`)."""

@@ -5,11 +5,13 @@ Tiny random model (the SmolLM2 tokenizer: token counts are real, answers are not
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
 from quail_spark import QuailSession
 from quail_spark.explain import planned_calls, plan_text
+from quail_spark.metrics import spans
 
 WORDS = "the parcel arrived late and the box was torn open on one side".split()
 
@@ -129,6 +131,20 @@ def test_explain_analyze_prints_each_operator_beside_its_actual(qs):
     assert actual["rows_in"] == 20 and actual["requested_tokens"] > 0
     line = next(x for x in text.splitlines() if op["op"] in x and " | " in x)
     assert f"20 / {actual['rows_in']}" in line and f"/ {actual['requested_tokens']:,}" in line
+    assert 0 < actual["wall_s"] <= q.report["wall_s"] and "AI operators' wall" in text
+
+
+def test_an_operators_wall_is_its_own_runs(qs):
+    """The operator's wall spans the batches of the action that reported it: run again (the same operator
+    id, its prompts now cached), it is no longer than the second action, though the first run's lines stay in
+    the session's metrics files."""
+    q = qs.sql(FILTER)
+    (op,) = q.estimate()["operators"]
+    q.collect(progress=False)
+    time.sleep(2.0)
+    q.collect(progress=False)
+    assert spans(qs.spark, {})[op["op"]] >= 2.0  # both runs' lines are in the files
+    assert 0 < q.report["ops"][op["op"]]["wall_s"] <= q.report["wall_s"]
 
 
 def test_an_estimate_made_before_the_run_names_the_operators_the_run_reports(qs, tmp_path):
