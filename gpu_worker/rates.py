@@ -26,8 +26,9 @@ from pathlib import Path
 
 from .config import CACHE_ENV, env
 
-# (short prompt, long prompt, fresh tokens per timed call) in tokens, per device type
-SIZES = {"cpu": (64, 512, 512), "cuda": (512, 4096, 65536)}
+# (short prompt, long prompt, fresh tokens per timed call) in tokens, and the questions of the third call (0: none),
+# per device type
+SIZES = {"cpu": (64, 512, 512, 48), "cuda": (512, 4096, 65536, 0)}
 WORDS = ("amber", "basil", "cedar", "delta", "ember", "fjord", "gravel", "harbor", "island", "juniper",
          "kettle", "lantern", "meadow", "nickel", "orchard", "pepper", "quarry", "river", "saddle", "timber")
 
@@ -62,42 +63,75 @@ def measure(engine, cache: Path, key: str) -> dict:
     """Time the engine at two prompt lengths (unless cached at those lengths), store and return the fitted
     rates."""
     device_type, dtype = engine.rt.device.type, str(engine.rt.dtype)
-    short, wanted, fresh = SIZES.get(device_type, SIZES["cuda"])
+    short, wanted, fresh, questions = SIZES.get(device_type, SIZES["cuda"])
     room = engine.rt.max_position - len(engine.render_filter("", "Is it?")) - 8  # a document's, with a margin
     long = min(wanted, engine.rt.max_position // 2, room)  # a prompt, frame included, within the context
     short = min(short, long // 4)
     hit = cached(cache, key, device_type, dtype)
     limited = long < min(wanted, engine.model_config.max_position // 2)  # max_prompt_tokens below the lengths
-    if hit is not None and (hit.get("prompt_tokens") == [short, long] or limited):
-        return hit  # else measured at other lengths (an earlier method, a limited engine): measured again
+    if hit is not None and ((hit.get("prompt_tokens") == [short, long] and ("prompt_s" in hit) == bool(questions))
+                            or limited):
+        return hit  # else measured at other lengths or without the per-prompt term (an earlier method): again
     if limited and hit is None and short < 8:
         return None  # prompts too short to time: the preset prices this model until a wider engine loads
     m = engine.model_config
     n_lin = m.linear_params
     attn = 4 * m.num_layers * m.num_heads * m.head_dim
     engine.filter([_text(engine, 8, 99)], ["Is it?"])  # warm-up: first-call set-up is not throughput
-    rows = []  # (fresh tokens, attended pairs, seconds) of a call
+    rows = []  # (fresh tokens, attended pairs, prompts, seconds) of a call
     for length in (short, long):
         if device_type != "cpu":  # the shape once untimed: kernels compile for it (other texts: no cache hit)
             engine.filter([_text(engine, length, 10_000 + k + length) for k in range(fresh // length)], ["Is it?"])
         docs = [_text(engine, length, k + length) for k in range(fresh // length)]
         lengths = [len(engine.render_filter(d, "Is it?")) for d in docs]
-        _sync(engine)
-        t0 = time.perf_counter()
-        engine.filter(docs, ["Is it?"])
-        _sync(engine)
-        rows.append((sum(lengths), sum(n * (n + 1) / 2 for n in lengths), time.perf_counter() - t0))
-    # t = fresh * a + pairs * b: two calls, two unknowns (b >= 0; noise can hide a small attention term)
-    (f1, p1, t1), (f2, p2, t2) = rows
-    det = f1 * p2 - f2 * p1
-    b = max((f1 * t2 - f2 * t1) / det, 0.0) if det else 0.0
-    a = max((t1 - b * p1) / f1, 1e-12)
+        rows.append(_timed(engine, docs, ["Is it?"], lengths))
+    if questions:  # many short prompts after one cached document: the per-prompt term
+        doc = _text(engine, short, 77_777)
+        engine.filter([doc], ["Is it?"])  # the document's KV, cached for the timed questions
+        asks = [f"Is {WORDS[k % len(WORDS)]} {k} in it?" for k in range(questions)]
+        rows.append(_timed(engine, [doc], asks, [len(engine.render_filter(doc, q)) for q in asks]))
+    a, b, c = _fit(rows)
     rate = 2 * n_lin / a
     fig = {"rate": rate, "attn_rate": attn / b if b > 0 else rate,
-           "tokens_per_s": [round(f / t) for f, _, t in rows], "prompt_tokens": [short, long],
-           "threads": _threads(), "measured_s": round(sum(t for _, _, t in rows), 3)}
+           "tokens_per_s": [round(f / t) for f, _, _, t in rows[:2]], "prompt_tokens": [short, long],
+           "threads": _threads(), "measured_s": round(sum(r[-1] for r in rows), 3)}
+    if questions:
+        fig["prompt_s"] = c
     _store(cache, key, slot(device_type, dtype), fig)
     return fig
+
+
+def _timed(engine, docs: list, asks: list, lengths: list) -> tuple:
+    """(fresh tokens, attended pairs, prompts, seconds) of ``engine.filter(docs, asks)``; ``lengths``: the
+    prompts' whole lengths. Fresh tokens as the engine counts them (the frame and a cached document are not)."""
+    before = engine.stats["fresh_tokens"]
+    _sync(engine)
+    t0 = time.perf_counter()
+    engine.filter(docs, asks)
+    _sync(engine)
+    seconds = time.perf_counter() - t0
+    fresh = engine.stats["fresh_tokens"] - before
+    per = fresh / len(lengths)  # each prompt's fresh tokens attend to its cached part and to those before them
+    pairs = sum(per * (n - per) + per * (per + 1) / 2 for n in lengths)
+    return fresh, pairs, len(lengths), seconds
+
+
+def _fit(rows: list) -> tuple:
+    """(a, b, c) of t = fresh * a + pairs * b + prompts * c over the timed calls, b and c >= 0 (noise can hide
+    a small term: it is dropped and the others fitted again by least squares)."""
+    import numpy as np
+
+    x = np.array([r[:3] for r in rows], dtype=float)
+    t = np.array([r[3] for r in rows], dtype=float)
+    for cols in ((0, 1, 2), (0, 2), (0, 1), (0,)):
+        cols = [k for k in cols if k < x.shape[1] and (k < 2 or len(rows) > 2)]
+        sol = np.linalg.lstsq(x[:, cols], t, rcond=None)[0]
+        if all(v >= 0 for v in sol[1:]):
+            out = [0.0, 0.0, 0.0]
+            for k, v in zip(cols, sol):
+                out[k] = float(v)
+            return max(out[0], 1e-12), out[1], out[2]
+    return max(float(t.sum() / x[:, 0].sum()), 1e-12), 0.0, 0.0
 
 
 def _sync(engine) -> None:

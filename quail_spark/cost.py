@@ -52,7 +52,7 @@ MODELS = {name: _shape(name, cfg) for name, cfg in MODEL_SHAPES.items()}  # gpu_
 RATES = {"h200": 789e12, "cpu": 1e11}
 # settings measured for the installed model (quail_spark.calibration, gpu_worker/rates.py); without them
 # the rules price the presets: a rate for attention equal to ``rate``, a chat frame estimate, 4 bytes a token
-MEASURED = ("attn_rate", "rate_source", "frame_head", "frame_ask", "frame_join_mid", "frame_join_tail",
+MEASURED = ("attn_rate", "prompt_s", "rate_source", "frame_head", "frame_ask", "frame_join_mid", "frame_join_tail",
             "bytes_per_token", "tokens_per_piece")
 
 
@@ -111,4 +111,6 @@ def _measured(model: str, device: str, engine: dict) -> dict:
     rates = calibration.measured_rates(facts, device, engine.get("dtype"), engine.get("cache_dir"))
     if rates is not None:
         out.update(rate=f"{rates['rate']:g}", attn_rate=f"{rates['attn_rate']:g}", rate_source="measured")
+        if rates.get("prompt_s"):
+            out["prompt_s"] = f"{rates['prompt_s']:g}"
     return out

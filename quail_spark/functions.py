@@ -79,12 +79,16 @@ def install(spark, model: str = "smollm2-135m", device: str = "cpu", **engine_co
     ...     .createOrReplaceTempView("notes")                      # doctest: +SKIP
     >>> spark.sql("SELECT id, ai_score('Is {0} a complaint?', body) AS p FROM notes").show()  # doctest: +SKIP
     """
-    from quail_spark.cost import session_conf
+    from quail_spark.cost import CONF, MEASURED, session_conf
 
     conf = executor.engine_conf(model, executor.session_device(spark, device), **engine_conf)
     run = {"metrics_dir": session_dir(spark)}
-    for k, v in session_conf(model, conf["device"], conf).items():  # what the rules' cost model prices
+    values = session_conf(model, conf["device"], conf)
+    for k, v in values.items():  # what the rules' cost model prices
         spark.conf.set(k, v)
+    for k in MEASURED:  # a figure of the model installed before that this one lacks
+        if CONF + k not in values:
+            spark.conf.unset(CONF + k)
     out = {}
     for table, deterministic in ((FUNCTIONS, True), (INTERNAL, False)):
         for name in table:

@@ -190,6 +190,8 @@ class Query:
             self._wall = time.time() - t0
             report = _difference(metrics(self.session.spark), before)
             report["stages"] = {k: v for k, v in report.get("stages", {}).items() if any(v.values())}
+            if "ops" in report:  # the operators of earlier queries, which did nothing in this one, left out
+                report["ops"] = {k: v for k, v in report["ops"].items() if v.get("batches")}
             for op, wall in spans(self.session.spark, since).items():  # each operator's own wall
                 report.setdefault("ops", {}).setdefault(op, {})["wall_s"] = round(wall, 3)
             self._report = report

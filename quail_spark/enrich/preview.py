@@ -55,7 +55,7 @@ def estimate(spec: Spec, spark, work) -> dict:
     return {"rows_read": n_read, "rows_to_compute": n_todo, "rows_skipped": n_read - n_todo,
             "columns": {c.name: n for c, n in zip(spec.columns, per_col)}, "sampled_rows": len(rows),
             "requested_tokens": round(requested), "fresh_tokens": round(fresh),
-            "seconds": _seconds(spec, fresh, pairs)}
+            "seconds": _seconds(spec, fresh, pairs, sum(per_col))}
 
 
 def check(spec: Spec, est: dict) -> None:
@@ -125,13 +125,16 @@ def _fresh(prompts: list) -> tuple:
     return fresh, pairs
 
 
-def _seconds(spec: Spec, fresh: float, pairs: float) -> float:
+def _seconds(spec: Spec, fresh: float, pairs: float, prompts: int) -> float:
+    """The rules' cost model (AiCost.prompts) over the sampled fresh tokens, attended pairs and prompts."""
     from quail_spark.cost import CONF, model_shape, session_conf
 
     conf = session_conf(spec.model, spec.device, spec.engine)
     s = model_shape(spec.model)
     rate, attn = float(conf[CONF + "rate"]), float(conf[CONF + "attn_rate"])
-    return 2 * s.n_lin * fresh / rate + 4 * s.n_layers * s.n_q_heads * s.head_dim * pairs / attn
+    per_prompt = float(conf.get(CONF + "prompt_s", 0))
+    return (2 * s.n_lin * fresh / rate + 4 * s.n_layers * s.n_q_heads * s.head_dim * pairs / attn
+            + prompts * per_prompt)
 
 
 def _not_null(inputs) -> F.Column:

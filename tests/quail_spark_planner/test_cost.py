@@ -92,6 +92,21 @@ def test_a_fused_chain_prices_later_predicates_at_their_question(toy):
     assert s["cost"]["fresh"] == pytest.approx(1000 * 31 + 200 * 11, rel=1e-5)
 
 
+def test_each_prompt_adds_the_measured_per_prompt_seconds(toy):
+    """prompt_s (a CPU engine's fixed host seconds a prompt, gpu_worker/rates.py) adds once per prompt computed:
+    a join's anchors and pairs alike; the tokens are unchanged."""
+    sql = ("SELECT a.id FROM toy_docs a JOIN toy_docs b ON ai_if('Does {0} mention {1}?', a.body, b.term, "
+           "map('tokens', 50, 'tokens_1', 4))")
+    plain = spec(toy, sql)["cost"]
+    toy.conf.set(C.CONF + "prompt_s", "0.001")
+    try:
+        priced = spec(toy, sql)["cost"]
+    finally:
+        toy.conf.unset(C.CONF + "prompt_s")
+    assert priced["seconds"] - plain["seconds"] == pytest.approx((1000 + 1e6) * 0.001, rel=1e-5)
+    assert (priced["requested"], priced["fresh"]) == (plain["requested"], plain["fresh"])
+
+
 def test_a_join_anchor_counts_once_per_anchor(toy):
     # {0} 50 tokens, {1} 4 tokens (hints), 1,000 rows a side (unknown: the default); question 6 tokens.
     # {0} as anchor: 1,000 prefixes of 12 + 50 + 2 + 6 = 70 (the header 12 computed once: cached for an

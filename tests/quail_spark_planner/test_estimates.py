@@ -194,7 +194,7 @@ def test_the_engine_measures_its_rates_once_and_caches_them(tmp_path):
                        tokenizer=str(weights.resolve("smollm2-135m").tokenizer_folder))
     Engine(cfg)
     fig = rates.cached(tmp_path, "tiny-llama-random", "cpu", "float32")
-    assert fig["rate"] > 0 and fig["attn_rate"] > 0 and len(fig["tokens_per_s"]) == 2
+    assert fig["rate"] > 0 and fig["attn_rate"] > 0 and len(fig["tokens_per_s"]) == 2 and fig["prompt_s"] >= 0
     stored = json.loads(rates.path(tmp_path, "tiny-llama-random").read_text())
     Engine(cfg)
     assert json.loads(rates.path(tmp_path, "tiny-llama-random").read_text()) == stored  # read, not measured again
@@ -213,6 +213,20 @@ def test_rates_measured_at_other_prompt_lengths_are_measured_again(tmp_path):
     Engine(cfg)
     fig = rates.cached(tmp_path, "tiny-llama-random", "cpu", "float32")
     assert fig["prompt_tokens"] == list(rates.SIZES["cpu"][:2]) and fig["rate"] > 1.0
+
+
+def test_the_rates_fit_recovers_each_term():
+    """t = fresh * a + pairs * b + prompts * c over three calls gives a, b and c back; a term the times do not
+    show (negative in the exact solution) is dropped and the others fitted again."""
+    from gpu_worker import rates
+
+    a, b, c = 2e-3, 1e-6, 5e-3
+    calls = [(512, 20_000, 8), (512, 130_000, 1), (600, 40_000, 48)]
+    got = rates._fit([(f, p, n, f * a + p * b + n * c) for f, p, n in calls])
+    assert got == pytest.approx((a, b, c), rel=1e-6)
+    got = rates._fit([(f, p, n, f * a + p * b - n * c) for f, p, n in calls])
+    assert got[2] == 0 and got[0] > 0 and got[1] >= 0
+    assert rates._fit([(f, p, n, f * a + p * b) for f, p, n in calls[:2]]) == pytest.approx((a, b, 0), abs=1e-12)
 
 
 def test_an_engine_whose_prompts_are_short_loads_and_keeps_the_figure_it_finds(tmp_path):
@@ -240,7 +254,7 @@ def test_rates_are_measured_within_a_short_context_at_the_gpus_sizes(tmp_path, m
     its seed (a tokenizer may split each digit off)."""
     from gpu_worker import Engine, EngineConfig, rates, weights
 
-    monkeypatch.setitem(rates.SIZES, "cpu", (512, 4096, 4096))
+    monkeypatch.setitem(rates.SIZES, "cpu", (512, 4096, 4096, 0))
     cfg = EngineConfig(model="tiny-llama-random", device="cpu", kv_pool_tokens=8192, cache_dir=str(tmp_path),
                        tokenizer=str(weights.resolve("smollm2-135m").tokenizer_folder))
     eng = Engine(cfg)

@@ -22,7 +22,7 @@ import scala.jdk.javaapi.CollectionConverters;
  *
  * <pre>
  * FLOPs = 2 * N_lin * fresh + 4 * L * n_q * d * attended_pairs + 2 * d_model * |answer ids|
- * seconds = FLOPs / rate
+ * seconds = FLOPs / rate + prompt_s      (prompt_s: a prompt's fixed host seconds, measured on a CPU, else 0)
  * </pre>
  *
  * {@code quail_spark.install} puts the shape into the session's conf ({@code spark.quail.model.*});
@@ -43,6 +43,9 @@ final class AiCost {
 
     final String model;
     final double nLin, layers, qHeads, headDim, hidden, rate, attnRate;
+    // fixed seconds of each prompt (a segment of fresh tokens) the engine computes, whatever its length: the host
+    // work around it, measured where it is not negligible (a CPU engine), else 0
+    final double promptSeconds;
     // the prompt frame in tokens (install() measures it with the model's tokenizer, spark.quail.model.frame_*):
     // before the document, around a filter's question, between the anchor and the question of a join, per pair
     final double head, ask, joinMid, joinTail;
@@ -56,6 +59,7 @@ final class AiCost {
         this.hidden = shape[4];
         this.rate = shape[5];
         this.attnRate = shape[6];
+        this.promptSeconds = shape[7];
         this.head = frame[0];
         this.ask = frame[1];
         this.joinMid = frame[2];
@@ -71,7 +75,7 @@ final class AiCost {
         double rate = conf("rate");
         return new AiCost(SQLConf.get().getConfString(CONF + "name", Contract.DEFAULT_MODEL.get("name")),
             new double[] {conf("n_lin"), conf("layers"), conf("q_heads"), conf("head_dim"), conf("hidden"), rate,
-                conf("attn_rate", rate)},
+                conf("attn_rate", rate), conf("prompt_s", 0)},
             new double[] {conf("frame_head", HEADER), conf("frame_ask", SEPARATOR + CUE),
                 conf("frame_join_mid", SEPARATOR), conf("frame_join_tail", DOC2_LABEL + CUE)});
     }
@@ -119,7 +123,7 @@ final class AiCost {
     Cost prompts(double n, double cached, double fresh, double head) {
         double pairs = fresh * cached + fresh * (fresh + 1) / 2;
         double seconds = (2 * nLin * fresh + 2 * hidden * head) / rate + 4 * layers * qHeads * headDim * pairs / attnRate;
-        return new Cost(n * (cached + fresh), n * fresh, n * seconds);
+        return new Cost(n * (cached + fresh), n * fresh, n * (seconds + promptSeconds));
     }
 
     /**
