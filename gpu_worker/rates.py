@@ -1,20 +1,25 @@
 """The engine's own prefill rate, measured once per (model, device, dtype) and cached.
 
 The planner prices an AI call as FLOPs over a rate (docs/architecture.md, "Speed of
-light"): ``seconds = (2 * N_lin * fresh + head) / rate + 4 * L * n_q * d * pairs / attn_rate``.
-A preset rate on a CPU is off by one or two orders of magnitude, so on its first load an
-engine times two calls of its public path (tokenization included) with the same fresh
+light"): ``seconds = (2 * N_lin * fresh + head) / rate + 4 * L * n_q * d * pairs / attn_rate
++ prompts * prompt_s``. A preset rate on a CPU is off by one or two orders of magnitude, so on its
+first load an engine times two calls of its public path (tokenization included) with the same fresh
 tokens at two prompt lengths: many short prompts, then few long ones. The difference
-of the two times is the attention term, the rest the linear one. The figures go to
+of the two times is the attention term, the rest the linear one. On a CPU a third call, 48 short
+questions after one cached document, adds the fixed host seconds of a prompt (``prompt_s``: about
+5 ms for SmolLM2 in one thread, the bulk of a join pair's ~15 fresh tokens); the three terms are
+fitted by least squares. Fresh tokens are the engine's count (the chat frame is cached, as the
+planner prices it). The figures go to
 ``<cache>/rates/<weights>.json`` beside the converted weights (``weights.cache_root``),
 keyed ``<device type>/<dtype>``; the driver reads them there (:func:`cached`).
 
 On a CPU the calls are small (512 fresh tokens at 64 and 512 tokens a prompt, the lengths of the documents
 a query brings: SmolLM2-135M in a task of one core, about 3 s once; fitted at 32 and 128 tokens the rates
 priced 512-token prompts 1.9x slow); on a GPU
-they are the size of a full pass of the engine's work (64k fresh tokens at 512 and 4,096 tokens
-a prompt), each shape run once untimed first (kernels compile), so the rate is the rate of real
-work, not of a launch (Qwen3-4B on one H100: about 5 s once). ``EngineConfig(measure_rate=False)``
+they are several passes of the engine's work (256k fresh tokens at 512 and 4,096 tokens a prompt: with
+64k, one call's own set-up priced 300-token documents 1.27x slow), each shape run once untimed first
+(kernels compile), so the rate is the rate of real work, not of a launch (Qwen3-4B on one H100: about
+8 s once). ``EngineConfig(measure_rate=False)``
 skips it.
 """
 from __future__ import annotations
@@ -28,7 +33,7 @@ from .config import CACHE_ENV, env
 
 # (short prompt, long prompt, fresh tokens per timed call) in tokens, and the questions of the third call (0: none),
 # per device type
-SIZES = {"cpu": (64, 512, 512, 48), "cuda": (512, 4096, 65536, 0)}
+SIZES = {"cpu": (64, 512, 512, 48), "cuda": (512, 4096, 262144, 0)}
 WORDS = ("amber", "basil", "cedar", "delta", "ember", "fjord", "gravel", "harbor", "island", "juniper",
          "kettle", "lantern", "meadow", "nickel", "orchard", "pepper", "quarry", "river", "saddle", "timber")
 
@@ -69,9 +74,10 @@ def measure(engine, cache: Path, key: str) -> dict:
     short = min(short, long // 4)
     hit = cached(cache, key, device_type, dtype)
     limited = long < min(wanted, engine.model_config.max_position // 2)  # max_prompt_tokens below the lengths
-    if hit is not None and ((hit.get("prompt_tokens") == [short, long] and ("prompt_s" in hit) == bool(questions))
-                            or limited):
-        return hit  # else measured at other lengths or without the per-prompt term (an earlier method): again
+    same = hit is not None and hit.get("prompt_tokens") == [short, long] and hit.get("call_tokens") == fresh \
+        and ("prompt_s" in hit) == bool(questions)
+    if hit is not None and (same or limited):
+        return hit  # else measured by an earlier method (other lengths or sizes, no per-prompt term): again
     if limited and hit is None and short < 8:
         return None  # prompts too short to time: the preset prices this model until a wider engine loads
     m = engine.model_config
@@ -81,7 +87,8 @@ def measure(engine, cache: Path, key: str) -> dict:
     rows = []  # (fresh tokens, attended pairs, prompts, seconds) of a call
     for length in (short, long):
         if device_type != "cpu":  # the shape once untimed: kernels compile for it (other texts: no cache hit)
-            engine.filter([_text(engine, length, 10_000 + k + length) for k in range(fresh // length)], ["Is it?"])
+            engine.filter([_text(engine, length, 10_000 + k + length) for k in range(max(1, fresh // 8 // length))],
+                          ["Is it?"])
         docs = [_text(engine, length, k + length) for k in range(fresh // length)]
         lengths = [len(engine.render_filter(d, "Is it?")) for d in docs]
         rows.append(_timed(engine, docs, ["Is it?"], lengths))
@@ -93,7 +100,7 @@ def measure(engine, cache: Path, key: str) -> dict:
     a, b, c = _fit(rows)
     rate = 2 * n_lin / a
     fig = {"rate": rate, "attn_rate": attn / b if b > 0 else rate,
-           "tokens_per_s": [round(f / t) for f, _, _, t in rows[:2]], "prompt_tokens": [short, long],
+           "tokens_per_s": [round(f / t) for f, _, _, t in rows[:2]], "prompt_tokens": [short, long], "call_tokens": fresh,
            "threads": _threads(), "measured_s": round(sum(r[-1] for r in rows), 3)}
     if questions:
         fig["prompt_s"] = c
