@@ -209,6 +209,9 @@ class DecoderLM(nn.Module):
             # every row, the output projection, residual and MLP run on those rows (no later layer reads
             # the others)
             a = layer.self_attn(x, positions, self.rope, meta, kv, i, ops, q8, rows=out_rows if last_layer else None)
+            if last_layer and out_rows.numel() == 0:  # a pass of prompts' earlier chunks: K and V stored, no answer
+                head = self.head_all if full else self.head_rows
+                return out if out is not None else h.new_zeros((0, head.shape[0]), dtype=torch.float32)
             if last_layer:
                 residual = residual.index_select(0, out_rows)  # [n_out, hidden]
             x, residual = ops.add_rmsnorm(a, residual, layer.post_attention_layernorm.weight, layer.eps, quant=q8)

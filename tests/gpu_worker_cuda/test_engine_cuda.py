@@ -62,6 +62,19 @@ def test_bf16_join_with_shared_partner_words_agrees_with_float32():
     assert np.corrcoef(got.ravel(), want.ravel())[0, 1] > 0.99
 
 
+@pytest.mark.parametrize("quantize", [None, "fp8"])
+def test_a_pass_without_an_answer_row_runs(quantize):
+    """A token budget below a prompt's length: the prompt's first chunks fill passes of their own, whose last
+    layer has no answer row (its MLP once got zero rows and failed on the GPU's fused SwiGLU path); the
+    margins are those of a budget that fits each prompt whole."""
+    docs = _texts(4, 200, 7)
+    small = Engine(EngineConfig(model="tiny-qwen3-random", device="cuda", token_budget=64, quantize=quantize,
+                                measure_rate=False))
+    whole = Engine(EngineConfig(model="tiny-qwen3-random", device="cuda", quantize=quantize, measure_rate=False))
+    got, want = small.filter(docs, ["Is it?"]), whole.filter(docs, ["Is it?"])
+    assert np.abs(np.asarray(got) - np.asarray(want)).max() < 0.1
+
+
 def test_passes_of_odd_and_even_token_counts_compile_no_kernel_after_the_first():
     """A pass's index views are 16-byte aligned whatever its token count (runner.to_device_aligned), so
     Triton compiles nothing new when a pass of the other parity comes (each compile idles the device)."""
