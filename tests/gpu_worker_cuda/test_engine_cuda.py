@@ -66,13 +66,14 @@ def test_bf16_join_with_shared_partner_words_agrees_with_float32():
 def test_a_pass_without_an_answer_row_runs(quantize):
     """A token budget below a prompt's length: the prompt's first chunks fill passes of their own, whose last
     layer has no answer row (its MLP once got zero rows and failed on the GPU's fused SwiGLU path); the
-    margins are those of a budget that fits each prompt whole."""
+    margins are those of a budget that fits each prompt whole (FP8: within e4m3's rounding, the activations'
+    scales taken over other chunks)."""
     docs = _texts(4, 200, 7)
     small = Engine(EngineConfig(model="tiny-qwen3-random", device="cuda", token_budget=64, quantize=quantize,
                                 measure_rate=False))
     whole = Engine(EngineConfig(model="tiny-qwen3-random", device="cuda", quantize=quantize, measure_rate=False))
     got, want = small.filter(docs, ["Is it?"]), whole.filter(docs, ["Is it?"])
-    assert np.abs(np.asarray(got) - np.asarray(want)).max() < 0.1
+    assert np.abs(np.asarray(got) - np.asarray(want)).max() < (0.5 if quantize else 0.1)
 
 
 def test_passes_of_odd_and_even_token_counts_compile_no_kernel_after_the_first():
