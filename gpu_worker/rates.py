@@ -24,6 +24,7 @@ skips it.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import time
@@ -72,14 +73,31 @@ def measure(engine, cache: Path, key: str) -> dict:
     room = engine.rt.max_position - len(engine.render_filter("", "Is it?")) - 8  # a document's, with a margin
     long = min(wanted, engine.rt.max_position // 2, room)  # a prompt, frame included, within the context
     short = min(short, long // 4)
+    sizes = (short, long, fresh, questions)
     hit = cached(cache, key, device_type, dtype)
     limited = long < min(wanted, engine.model_config.max_position // 2)  # max_prompt_tokens below the lengths
-    same = hit is not None and hit.get("prompt_tokens") == [short, long] and hit.get("call_tokens") == fresh \
-        and ("prompt_s" in hit) == bool(questions)
-    if hit is not None and (same or limited):
+    if hit is not None and (_same(hit, sizes) or limited):
         return hit  # else measured by an earlier method (other lengths or sizes, no per-prompt term): again
     if limited and hit is None and short < 8:
         return None  # prompts too short to time: the preset prices this model until a wider engine loads
+    lock = path(cache, key).with_suffix(".lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a") as fh:  # one engine of this machine measures at a time; the others then read its figure
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        hit = cached(cache, key, device_type, dtype)
+        return hit if hit is not None and _same(hit, sizes) else _measure(engine, cache, key, sizes)
+
+
+def _same(hit: dict, sizes: tuple) -> bool:
+    """Whether a cached figure was measured as this method measures at these sizes."""
+    short, long, fresh, questions = sizes
+    return hit.get("prompt_tokens") == [short, long] and hit.get("call_tokens") == fresh \
+        and ("prompt_s" in hit) == bool(questions)
+
+
+def _measure(engine, cache: Path, key: str, sizes: tuple) -> dict:
+    short, long, fresh, questions = sizes
+    device_type, dtype = engine.rt.device.type, str(engine.rt.dtype)
     m = engine.model_config
     n_lin = m.linear_params
     attn = 4 * m.num_layers * m.num_heads * m.head_dim

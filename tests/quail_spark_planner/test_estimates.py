@@ -200,6 +200,26 @@ def test_the_engine_measures_its_rates_once_and_caches_them(tmp_path):
     assert json.loads(rates.path(tmp_path, "tiny-llama-random").read_text()) == stored  # read, not measured again
 
 
+def test_engines_loading_at_once_measure_the_rates_once(tmp_path, monkeypatch):
+    """Two engines of one machine reaching the measurement together (two tasks' first loads): one measures, the
+    other waits for its figure and reads it (two measurements at once would slow each other)."""
+    import threading
+
+    from gpu_worker import Engine, EngineConfig, rates, weights
+
+    eng = Engine(EngineConfig(model="tiny-llama-random", device="cpu", kv_pool_tokens=2048, measure_rate=False,
+                              tokenizer=str(weights.resolve("smollm2-135m").tokenizer_folder)))
+    calls, real = [], rates._measure
+    monkeypatch.setattr(rates, "_measure", lambda *a: calls.append(1) or real(*a))
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(rates.measure(eng, tmp_path, "k"))) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1 and got[0] == got[1] and got[0]["rate"] > 0
+
+
 def test_rates_measured_at_other_prompt_lengths_are_measured_again(tmp_path):
     """A rates file from an earlier method (the CPU's rates fitted at 32 and 128 tokens a prompt) is not read
     as this method's figure: the engine measures again at its own lengths and replaces it."""
