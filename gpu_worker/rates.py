@@ -6,9 +6,10 @@ light"): ``seconds = (2 * N_lin * fresh + head) / rate + 4 * L * n_q * d * pairs
 first load an engine times two calls of its public path (tokenization included) with the same fresh
 tokens at two prompt lengths: many short prompts, then few long ones. The difference
 of the two times is the attention term, the rest the linear one. On a CPU a third call, 48 short
-questions after one cached document, adds the fixed host seconds of a prompt (``prompt_s``: about
-5 ms for SmolLM2 in one thread, the bulk of a join pair's ~15 fresh tokens); the three terms are
-fitted by least squares. Fresh tokens are the engine's count (the chat frame is cached, as the
+questions after one cached document, adds the fixed host seconds of a prompt (``prompt_s``: 0 to
+3.4 ms for SmolLM2 in one thread on a 2-core machine, where a join pair's ~15 fresh tokens take
+~20 ms); the three terms are fitted by least squares. One engine of a machine measures at a time
+(a file lock): measurements at once slow each other. Fresh tokens are the engine's count (the chat frame is cached, as the
 planner prices it). The figures go to
 ``<cache>/rates/<weights>.json`` beside the converted weights (``weights.cache_root``),
 keyed ``<device type>/<dtype>``; the driver reads them there (:func:`cached`).
@@ -66,8 +67,8 @@ def cached(cache: Path, key: str, device_type: str, dtype: str) -> dict | None:
 
 
 def measure(engine, cache: Path, key: str) -> dict:
-    """Time the engine at two prompt lengths (unless cached at those lengths), store and return the fitted
-    rates."""
+    """Time the engine at two prompt lengths and, on a CPU, on many short prompts (unless a figure measured
+    this way is cached), store and return the fitted rates."""
     device_type, dtype = engine.rt.device.type, str(engine.rt.dtype)
     short, wanted, fresh, questions = SIZES.get(device_type, SIZES["cuda"])
     room = engine.rt.max_position - len(engine.render_filter("", "Is it?")) - 8  # a document's, with a margin
