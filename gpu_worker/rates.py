@@ -12,7 +12,9 @@ questions after one cached document, adds the fixed host seconds of a prompt (``
 (a file lock): measurements at once slow each other. Fresh tokens are the engine's count (the chat frame is cached, as the
 planner prices it). The figures go to
 ``<cache>/rates/<weights>.json`` beside the converted weights (``weights.cache_root``),
-keyed ``<device type>/<dtype>``; the driver reads them there (:func:`cached`).
+keyed ``<device type>/<dtype>`` (on a CPU with the engine's threads after it: an engine in a notebook's
+process measures with all the cores, one in a task with the task's); the driver reads them there
+(:func:`cached`).
 
 On a CPU the calls are small (512 fresh tokens at 64 and 512 tokens a prompt, the lengths of the documents
 a query brings: SmolLM2-135M in a task of one core, about 3 s once; fitted at 32 and 128 tokens the rates
@@ -54,16 +56,30 @@ def weights_key(model: str, folder: Path | None) -> str:
     return folder.name if folder is not None else Path(model).name
 
 
-def slot(device_type: str, dtype: str) -> str:
-    return f"{device_type}/{dtype.removeprefix('torch.')}"
+def slot(device_type: str, dtype: str, threads: int | None = None) -> str:
+    """The figure's key in a rates file: ``<device type>/<dtype>``, on a CPU ``/t<threads>`` after it (an engine
+    in a task runs the task's threads; one in a notebook's own process, all the cores)."""
+    base = f"{device_type}/{dtype.removeprefix('torch.')}"
+    return f"{base}/t{threads}" if device_type == "cpu" and threads else base
 
 
-def cached(cache: Path, key: str, device_type: str, dtype: str) -> dict | None:
-    """The measured figures of ``key`` on ``device_type`` in ``dtype``, or None."""
+def cached(cache: Path, key: str, device_type: str, dtype: str, threads: int | None = None,
+           exact: bool = False) -> dict | None:
+    """The measured figures of ``key`` on ``device_type`` in ``dtype``, or None. On a CPU those measured with
+    ``threads`` threads; unless ``exact``, where none were, those of the nearest thread count (the fewest where
+    ``threads`` is None)."""
     try:
-        return json.loads(path(cache, key).read_text()).get(slot(device_type, dtype))
+        data = json.loads(path(cache, key).read_text())
     except (OSError, ValueError):
         return None
+    if device_type != "cpu" or exact:
+        return data.get(slot(device_type, dtype, threads))
+    base = slot(device_type, dtype) + "/t"
+    counts = {int(k[len(base):]): v for k, v in data.items() if k.startswith(base) and k[len(base):].isdigit()}
+    if not counts:
+        return data.get(slot(device_type, dtype))  # a file of before the thread count was kept
+    want = threads or min(counts)
+    return counts[min(counts, key=lambda n: (abs(n - want), n))]
 
 
 def measure(engine, cache: Path, key: str) -> dict:
@@ -75,7 +91,8 @@ def measure(engine, cache: Path, key: str) -> dict:
     long = min(wanted, engine.rt.max_position // 2, room)  # a prompt, frame included, within the context
     short = min(short, long // 4)
     sizes = (short, long, fresh, questions)
-    hit = cached(cache, key, device_type, dtype)
+    threads = _threads() if device_type == "cpu" else None
+    hit = cached(cache, key, device_type, dtype, threads, exact=True)
     limited = long < min(wanted, engine.model_config.max_position // 2)  # max_prompt_tokens below the lengths
     if hit is not None and (_same(hit, sizes) or limited):
         return hit  # else measured by an earlier method (other lengths or sizes, no per-prompt term): again
@@ -85,7 +102,7 @@ def measure(engine, cache: Path, key: str) -> dict:
     lock.parent.mkdir(parents=True, exist_ok=True)
     with open(lock, "a") as fh:  # one engine of this machine measures at a time; the others then read its figure
         fcntl.flock(fh, fcntl.LOCK_EX)
-        hit = cached(cache, key, device_type, dtype)
+        hit = cached(cache, key, device_type, dtype, threads, exact=True)
         return hit if hit is not None and _same(hit, sizes) else _measure(engine, cache, key, sizes)
 
 
@@ -123,7 +140,7 @@ def _measure(engine, cache: Path, key: str, sizes: tuple) -> dict:
            "threads": _threads(), "measured_s": round(sum(r[-1] for r in rows), 3)}
     if questions:
         fig["prompt_s"] = c
-    _store(cache, key, slot(device_type, dtype), fig)
+    _store(cache, key, slot(device_type, dtype, fig["threads"]), fig)
     return fig
 
 

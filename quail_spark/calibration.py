@@ -85,10 +85,12 @@ def _measure_frame(model: str, cache_dir: str | None, tokenizer: str | None) -> 
             "tokens_per_piece": len(prose) / len(pieces(PROSE)), "weights_key": rates.weights_key(model, src.folder)}
 
 
-def measured_rates(facts: dict, device: str, dtype: str | None = None, cache_dir: str | None = None) -> dict | None:
-    """The rates the engine measured for the model of ``facts`` on ``device`` (see gpu_worker/rates.py)."""
+def measured_rates(facts: dict, device: str, dtype: str | None = None, cache_dir: str | None = None,
+                   threads: int | None = None) -> dict | None:
+    """The rates the engine measured for the model of ``facts`` on ``device`` (see gpu_worker/rates.py); on a CPU
+    those of an engine of ``threads`` threads (a task's), else of the nearest count."""
     from gpu_worker import rates
 
     kind = "cpu" if device == "cpu" else "cuda"
     dtype = dtype or ("float32" if kind == "cpu" else "bfloat16")
-    return rates.cached(rates.root(cache_dir), facts.get("weights_key", ""), kind, dtype)
+    return rates.cached(rates.root(cache_dir), facts.get("weights_key", ""), kind, dtype, threads)

@@ -28,6 +28,19 @@ def slots(spark) -> int:
     return max(1, cores // max(per_task, 1))
 
 
+def task_threads(spark) -> int:
+    """The threads a task's Python worker computes with: PySpark sets its OMP_NUM_THREADS to
+    ``spark.executorEnv.OMP_NUM_THREADS``, else ``spark.task.cpus`` (SPARK-42613)."""
+    for key in ("spark.executorEnv.OMP_NUM_THREADS", "spark.task.cpus"):
+        try:
+            value = spark.conf.get(key, None)
+        except Exception:  # noqa: BLE001 - a conf the session refuses to read counts as unset
+            value = None
+        if value and str(value).strip().isdigit():
+            return max(1, int(value))
+    return 1
+
+
 def tasks_at_once(df) -> dict:
     """{operator id: tasks that run it at once} for the rules' AI operators of ``df``'s physical plan
     ({} where the plan is out of reach: Spark Connect)."""

@@ -71,18 +71,19 @@ def model_shape(model: str) -> ModelShape:
     return MODELS[DEFAULT_MODEL]
 
 
-def session_conf(model: str, device: str, engine: dict | None = None) -> dict:
+def session_conf(model: str, device: str, engine: dict | None = None, threads: int | None = None) -> dict:
     """``spark.quail.model.*`` settings of ``model`` on ``device`` ('cpu', else a GPU): its shape, the rates
     (the engine's measured ones where it measured them, gpu_worker/rates.py; else the preset: a GPU priced
     as the H200)
     and its prompt frame counted by its tokenizer (:mod:`quail_spark.calibration`; ``engine``: the
-    EngineConfig fields, for ``cache_dir``, ``tokenizer`` and ``dtype``).
+    EngineConfig fields, for ``cache_dir``, ``tokenizer`` and ``dtype``; ``threads``: a task's, for a CPU's
+    rates).
 
     >>> session_conf("smollm2-135m", "cpu")["spark.quail.model.n_lin"]
     '106168320'
     """
     values = preset_conf(model, device)
-    values.update({CONF + k: str(v) for k, v in _measured(model, device, engine or {}).items()})
+    values.update({CONF + k: str(v) for k, v in _measured(model, device, engine or {}, threads).items()})
     return values
 
 
@@ -98,7 +99,7 @@ def preset_conf(model: str, device: str) -> dict:
     return {CONF + k: str(v) for k, v in values.items()}
 
 
-def _measured(model: str, device: str, engine: dict) -> dict:
+def _measured(model: str, device: str, engine: dict, threads: int | None = None) -> dict:
     """The frame and the rates measured for ``model`` on ``device``'s type; {} where the tokenizer cannot load."""
     from quail_spark import calibration
 
@@ -108,7 +109,7 @@ def _measured(model: str, device: str, engine: dict) -> dict:
         return {}
     out = {k: f"{v:g}" for k, v in facts.items()
            if k.startswith("frame_") or k in ("bytes_per_token", "tokens_per_piece")}
-    rates = calibration.measured_rates(facts, device, engine.get("dtype"), engine.get("cache_dir"))
+    rates = calibration.measured_rates(facts, device, engine.get("dtype"), engine.get("cache_dir"), threads)
     if rates is not None:
         out.update(rate=f"{rates['rate']:g}", attn_rate=f"{rates['attn_rate']:g}", rate_source="measured")
         if rates.get("prompt_s"):

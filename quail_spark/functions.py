@@ -79,11 +79,12 @@ def install(spark, model: str = "smollm2-135m", device: str = "cpu", **engine_co
     ...     .createOrReplaceTempView("notes")                      # doctest: +SKIP
     >>> spark.sql("SELECT id, ai_score('Is {0} a complaint?', body) AS p FROM notes").show()  # doctest: +SKIP
     """
+    from quail_spark.concurrency import task_threads
     from quail_spark.cost import CONF, MEASURED, session_conf
 
     conf = executor.engine_conf(model, executor.session_device(spark, device), **engine_conf)
     run = {"metrics_dir": session_dir(spark)}
-    values = session_conf(model, conf["device"], conf)
+    values = session_conf(model, conf["device"], conf, task_threads(spark))  # a CPU's rates: a task's threads
     for k, v in values.items():  # what the rules' cost model prices
         spark.conf.set(k, v)
     for k in MEASURED:  # a figure of the model installed before that this one lacks

@@ -29,6 +29,7 @@ class BudgetRefused(SpecError):
 def estimate(spec: Spec, spark, work) -> dict:
     """Rows, columns, tokens and seconds the run over ``work`` (``incremental.work_rows``) would compute."""
     from gpu_worker.prompts import is_null
+    from quail_spark.concurrency import task_threads
 
     counts = work.select(F.count(F.lit(1)), *[
         F.sum((F.col(f"__n{i}") & _not_null(c.inputs)).cast("long")) for i, c in enumerate(spec.columns)],
@@ -55,7 +56,7 @@ def estimate(spec: Spec, spark, work) -> dict:
     return {"rows_read": n_read, "rows_to_compute": n_todo, "rows_skipped": n_read - n_todo,
             "columns": {c.name: n for c, n in zip(spec.columns, per_col)}, "sampled_rows": len(rows),
             "requested_tokens": round(requested), "fresh_tokens": round(fresh),
-            "seconds": _seconds(spec, fresh, pairs, sum(per_col))}
+            "seconds": _seconds(spec, fresh, pairs, sum(per_col), task_threads(spark))}
 
 
 def check(spec: Spec, est: dict) -> None:
@@ -125,11 +126,12 @@ def _fresh(prompts: list) -> tuple:
     return fresh, pairs
 
 
-def _seconds(spec: Spec, fresh: float, pairs: float, prompts: int) -> float:
-    """The rules' cost model (AiCost.prompts) over the sampled fresh tokens, attended pairs and prompts."""
+def _seconds(spec: Spec, fresh: float, pairs: float, prompts: int, threads: int) -> float:
+    """The rules' cost model (AiCost.prompts) over the sampled fresh tokens, attended pairs and prompts (a CPU's
+    rates those of an engine of a task's ``threads``)."""
     from quail_spark.cost import CONF, model_shape, session_conf
 
-    conf = session_conf(spec.model, spec.device, spec.engine)
+    conf = session_conf(spec.model, spec.device, spec.engine, threads)
     s = model_shape(spec.model)
     rate, attn = float(conf[CONF + "rate"]), float(conf[CONF + "attn_rate"])
     per_prompt = float(conf.get(CONF + "prompt_s", 0))

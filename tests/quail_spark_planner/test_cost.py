@@ -69,6 +69,34 @@ def test_a_rate_the_engine_measured_on_a_gpu_prices_that_gpu(tmp_path, monkeypat
     assert (cpu[C.CONF + "rate"], cpu[C.CONF + "rate_source"]) == ("1e+11", "preset")
 
 
+def test_a_cpus_rates_are_those_of_an_engine_of_a_tasks_threads(tmp_path, monkeypatch, spark):
+    """An engine in a notebook's own process measures with all the cores, one in a task with the task's threads
+    (PySpark's OMP_NUM_THREADS: spark.task.cpus): each figure has its own key, the driver prices a task's, the
+    nearest thread count where that one is missing; install() asks for the session's task threads."""
+    from gpu_worker import rates
+
+    import quail_spark
+    from quail_spark import calibration
+    from quail_spark.concurrency import task_threads
+
+    facts = calibration.frame("tiny-llama-random")
+    monkeypatch.setattr(calibration, "frame", lambda *a, **k: facts)
+    for n, rate in ((1, 1e11), (8, 5e11)):
+        rates._store(tmp_path, facts["weights_key"], rates.slot("cpu", "float32", n), {"rate": rate, "attn_rate": rate})
+    conf = {"cache_dir": str(tmp_path)}
+    assert [C.session_conf("tiny-llama-random", "cpu", conf, n)[C.CONF + "rate"] for n in (1, 2, 6, 16, None)] \
+        == ["1e+11", "1e+11", "5e+11", "5e+11", "1e+11"]
+    assert task_threads(spark) == 1
+    keys = {*C.session_conf("tiny-llama-random", "cpu", conf, 1), *(C.CONF + k for k in (*TOY, *C.MEASURED))}
+    saved = {k: spark.conf.get(k, None) for k in keys}
+    try:
+        quail_spark.install(spark, model="tiny-llama-random", device="cpu", cache_dir=str(tmp_path))
+        assert spark.conf.get(C.CONF + "rate") == "1e+11"
+    finally:  # this module's settings as they were (the toy's, where its fixture set them)
+        for k, v in saved.items():
+            spark.conf.set(k, v) if v is not None else spark.conf.unset(k)
+
+
 def test_qwen3_4b_h200_300_token_prompts_run_at_107k_tokens_per_second():
     s, rate = C.MODELS["qwen3-4b"], C.RATES["h200"]
     f = 2 * s.n_lin * 300 + 4 * s.n_layers * s.n_q_heads * s.head_dim * 300 * 301 / 2 + 2 * s.hidden * 2
