@@ -39,8 +39,9 @@ def session_dir(spark) -> str:
     return d
 
 
-def metrics(spark) -> dict:
-    """Counters summed over all AI work of this session so far.
+def metrics(spark, since: dict | None = None) -> dict:
+    """Counters summed over all AI work of this session so far (``since``: a :func:`mark`, over the work written
+    after it only).
 
     Returns
     -------
@@ -57,13 +58,14 @@ def metrics(spark) -> dict:
     >>> quail_spark.metrics(spark)["requested_tokens"] - before["requested_tokens"]  # doctest: +SKIP
     """
     out = empty()
-    for line in _lines(spark):
+    for line in _lines(spark, since):
         add(out, line)
     return out
 
 
 def mark(spark) -> dict:
-    """Where each metrics file of this session ends now (bytes): :func:`spans` reads the lines after it."""
+    """Where each metrics file of this session ends now (bytes): :func:`metrics` and :func:`spans` read the lines
+    after it (the files are only appended to)."""
     d = _conf(spark, SESSION_CONF)
     if not d or not os.path.isdir(d):
         return {}

@@ -101,9 +101,9 @@ class Progress:
         self._ticker = Ticker(lambda: self._show(self.line()), self.every_s)
 
     def __enter__(self) -> "Progress":
-        from quail_spark.metrics import metrics
+        from quail_spark.metrics import mark
 
-        self.before, self.t0 = metrics(self.spark), time.time()
+        self.since, self.t0 = mark(self.spark), time.time()
         if self.kernel:  # the line is there from the start and updated in place
             self._show(self.line())
         self._ticker.start()
@@ -132,10 +132,9 @@ class Progress:
         ended, ``quail (done): ...`` or ``quail (failed): ...`` (``done``)."""
         from quail_spark.metrics import metrics
 
-        now = metrics(self.spark)
-        rows = sum(s["evaluated"] for s in now["stages"].values()) - \
-            sum(s["evaluated"] for s in self.before["stages"].values())
-        tokens = now["requested_tokens"] - self.before["requested_tokens"]
+        now = metrics(self.spark, self.since)  # the work written since the action began
+        rows = sum(s["evaluated"] for s in now["stages"].values())
+        tokens = now["requested_tokens"]
         dt = max(time.time() - self.t0, 1e-9)
         tasks = "" if done else tasks_text(lambda: self.spark.sparkContext)
         return (f"quail{f' ({done})' if done else ''}: {rows:,} AI evaluations, {tokens:,} tokens "

@@ -181,17 +181,15 @@ class Query:
         from quail_spark.metrics import mark, metrics, spans
         from quail_spark.notebook import Progress
 
-        before, since = metrics(self.session.spark), mark(self.session.spark)
+        since = mark(self.session.spark)
         t0 = time.time()
         try:
             with Progress(self.session.spark) if progress else contextlib.nullcontext():
                 rows = action()
         finally:  # a failed action did work too: its report is what ran before the failure
             self._wall = time.time() - t0
-            report = _difference(metrics(self.session.spark), before)
-            report["stages"] = {k: v for k, v in report.get("stages", {}).items() if any(v.values())}
-            if "ops" in report:  # the operators of earlier queries, which did nothing in this one, left out
-                report["ops"] = {k: v for k, v in report["ops"].items() if v.get("batches")}
+            report = metrics(self.session.spark, since)  # the work written during the action
+            report["stages"] = {k: v for k, v in report["stages"].items() if any(v.values())}
             for op, wall in spans(self.session.spark, since).items():  # each operator's own wall
                 report.setdefault("ops", {}).setdefault(op, {})["wall_s"] = round(wall, 3)
             self._report = report
@@ -201,8 +199,8 @@ class Query:
 
     @property
     def report(self) -> dict:
-        """What the engines computed for the last :meth:`collect`: the difference of
-        ``quail_spark.metrics(spark)`` around it (requested_tokens, fresh_tokens,
+        """What the engines computed for the last :meth:`collect`: ``quail_spark.metrics(spark)`` over the
+        work written during it (requested_tokens, fresh_tokens,
         reused_tokens, kv_regret_tokens, forward_passes, truncated_rows, errored_rows,
         stages, ``ops``: per AI operator its counters and ``wall_s``, from its first batch's start to
         its last's end) plus ``wall_s`` (the action's). Work of other queries running at the same time in the
@@ -226,15 +224,3 @@ class Query:
                 f"KV regret {r.get('kv_regret_tokens', 0):,}; {r.get('forward_passes', 0)} forward "
                 f"passes; {r.get('truncated_rows', 0)} rows truncated, {r.get('errored_rows', 0)} "
                 f"errored; wall {r['wall_s']:.2f} s")
-
-
-def _difference(after, before):
-    """``after - before`` for numbers, recursively for dicts and lists of equal length."""
-    if isinstance(after, dict):
-        before = before if isinstance(before, dict) else {}
-        return {k: _difference(v, before.get(k)) for k, v in after.items()}
-    if isinstance(after, list) and isinstance(before, list) and len(after) == len(before):
-        return [_difference(a, b) for a, b in zip(after, before)]
-    if isinstance(after, (int, float)) and not isinstance(after, bool) and isinstance(before, (int, float)):
-        return after - before
-    return after
