@@ -164,10 +164,10 @@ def _fit(rows: list) -> tuple:
     a small term: it is dropped and the others fitted again by least squares)."""
     import numpy as np
 
-    x = np.array([r[:3] for r in rows], dtype=float)
+    x = np.array([r[:3] if len(rows) > 2 else r[:2] for r in rows], dtype=float)  # two calls: no per-prompt term
     t = np.array([r[3] for r in rows], dtype=float)
     for cols in ((0, 1, 2), (0, 2), (0, 1), (0,)):
-        cols = [k for k in cols if k < x.shape[1] and (k < 2 or len(rows) > 2)]
+        cols = [k for k in cols if k < x.shape[1]]
         sol = np.linalg.lstsq(x[:, cols], t, rcond=None)[0]
         if all(v >= 0 for v in sol[1:]):
             out = [0.0, 0.0, 0.0]
