@@ -196,13 +196,15 @@ def extract(args, eng, dev, sz, bw, rate, res):
 
 
 def host_idle(st):
-    """Share of the decode wall in which the device waited on the host between steps: 1 - (the steps' spans
-    on the device, CUDA events from a step's first kernel to its last, + the admissions' prefill) / wall.
-    The host's packing of a step and the graphs' captures (decode_capture_s, also reported apart) are
-    host time, outside the spans (at 2628af1 to c8ba450 a span began before the packing and held any
-    capture); launch gaps inside a step are not in it: a step's span over its speed of light shows them."""
+    """Share of the decode wall in which the device waited on the host: 1 - (the steps' spans on the device,
+    CUDA events from a step's first kernel to its last, + the admissions' spans there, their prefill and first
+    tokens) / wall. The host's packing of a step and the graphs' captures (decode_capture_s, also reported
+    apart) are host time, outside the spans; launch gaps inside a span are not in it: a step's span over its
+    speed of light shows them. Results without decode_admit_device_s (admissions without spans of their own)
+    counted the host's seconds in admissions (decode_admit_s) instead."""
     if st.get("decode_wall_s") and st.get("decode_device_s"):
-        st["host_idle_pct"] = 100 * (1 - (st["decode_device_s"] + st["decode_admit_s"]) / st["decode_wall_s"])
+        busy = st["decode_device_s"] + st.get("decode_admit_device_s", st["decode_admit_s"])
+        st["host_idle_pct"] = 100 * (1 - busy / st["decode_wall_s"])
         st["step_span_ms"] = 1e3 * st["decode_device_s"] / max(1, st["decode_steps"])
 
 

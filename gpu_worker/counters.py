@@ -47,6 +47,7 @@ class Counters(MutableMapping):
     decode_wall_s: float = 0.0
     decode_device_s: float = 0.0
     decode_admit_s: float = 0.0
+    decode_admit_device_s: float = 0.0
     decode_capture_s: float = 0.0
     decode_context_tokens: int = 0
     decode_ahead_steps: int = 0

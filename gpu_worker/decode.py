@@ -47,6 +47,24 @@ from .step_graph import DecodeStep
 LOGIT_BYTES = 1 << 29
 
 
+def _later(ids: torch.Tensor | None):
+    """The function that gives device token ids as a list, copied to the host behind the work queued so far
+    (it waits for that copy only)."""
+    if ids is None:
+        return list
+    if ids.device.type != "cuda":
+        return ids.tolist
+    host = torch.empty(ids.shape, dtype=ids.dtype, pin_memory=True)
+    host.copy_(ids, non_blocking=True)
+    ev = torch.cuda.Event()
+    ev.record()
+
+    def read() -> list[int]:
+        ev.synchronize()
+        return host.tolist()
+    return read
+
+
 @dataclass(eq=False)
 class Seq:
     """One decoded answer: its prompt as (prefix, suffix) ids, the tokens chosen so far (`out`, the last
@@ -82,6 +100,7 @@ class Decoder:
         self.decode_text, self.grammars, self.limit = decode_text, grammars, limit
         self.shared = shared  # a document's KV read once per step for all the sequences below it
         self.events: list = []  # (start, end) CUDA events of this run's steps: the device's share of the wall
+        self.admit_events: list = []  # the same of its admissions (their prefill and first tokens)
         self.max_seqs = max(1, min(passes.token_budget, LOGIT_BYTES // (8 * vocab)))  # (a pinned host copy too)
         self.graphs = graphs  # on a GPU, a step's forward replayed from a CUDA graph (step_graph.py)
         self.step: DecodeStep | bool | None = None  # the static buffers of steps, once the first step runs
@@ -101,19 +120,23 @@ class Decoder:
                 twins.append((s, first[k]))
             else:
                 first[k] = s
-        waiting, running, pending = deque(first.values()), [], None
+        waiting, running, pending, admitted = deque(first.values()), [], None, None
         t0 = time.perf_counter()
         try:
-            while waiting or running or pending is not None:
+            while waiting or running or pending is not None or admitted is not None:
                 if pending is not None:  # a launched step whose tokens are still on the device
                     ahead = self._ahead(pending, running)  # the next step queued behind it
                     self._resolve(pending, running)
+                    if admitted is not None:  # prefilled behind the pending step: they join the step after
+                        admitted = self._join(admitted, waiting, running)
                     pending = self._select(*ahead) if ahead else None
                     if pending is not None and waiting and not self.blocked:
-                        self._admit(waiting, running)  # room an end freed: its prefill queued behind the step
+                        admitted = self._admit(waiting, running)  # room an end freed: queued behind the step
                     continue
+                if admitted is not None:
+                    admitted = self._join(admitted, waiting, running)
                 if waiting:
-                    self._admit(waiting, running)
+                    admitted = self._join(self._admit(waiting, running), waiting, running)
                 if running:
                     if self._fast():
                         plan, ctx_tokens = self._place_all(running, waiting)
@@ -130,7 +153,9 @@ class Decoder:
 
     # admission ------------------------------------------------------------------
     def _admit(self, waiting: deque, running: list):
-        """Prefill waiting sequences while the running batch and the pool have room for them."""
+        """Prefill waiting sequences while the running batch and the pool have room for them; their first
+        tokens chosen on the device behind the prefill. Returns the admission for `_join` (None: nothing
+        admitted), which waits for those tokens: nothing here waits for the device."""
         p, tree = self.passes, self.passes.tree
         batch, pages = [], 0  # (growth is not reserved: a sequence short of a page preempts another)
         while waiting and len(running) + len(batch) < self.max_seqs:
@@ -141,6 +166,8 @@ class Decoder:
             pages += need
             batch.append(waiting.popleft())
         self.blocked = bool(waiting)
+        if not batch:
+            return None
         ends = []
         for s in batch:
             if p.share:
@@ -151,12 +178,32 @@ class Decoder:
             ends.append(tree.insert(s.suffix + s.out, at=at))
             p.hold(ends[-1])
         t0 = time.perf_counter()
-        logits = p.serve(ends, sum(len(s.prefix) + len(s.suffix) + len(s.out) for s in batch), self.vocab)
-        self.stats.decode_admit_s += time.perf_counter() - t0  # (serve waits for the prompts' logits)
+        span = None
+        if p.runner.device.type == "cuda":  # the admission's span on the device (after any step queued before)
+            span = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            span[0].record()
+        logits = p.serve(ends, sum(len(s.prefix) + len(s.suffix) + len(s.out) for s in batch), self.vocab,
+                         on_device=True)
+        # the grammars' first masks computed on llguidance's threads while the device runs the prefill
+        # (a row whose prompt the pool could not keep is picked too, and dropped by `_join`)
+        picked = self._pick(batch, logits, span[1] if span else None)
+        if span:
+            self.admit_events.append(span)
+        self.stats.decode_admit_s += time.perf_counter() - t0
+        return batch, ends, _later(picked)
+
+    def _join(self, admitted, waiting: deque, running: list):
+        """An admission's sequences take their first tokens (the host waits for them here) and join the
+        running batch; those whose prompt the pool could not keep wait for room again. Returns None."""
+        if admitted is None:
+            return None
+        p, tree = self.passes, self.passes.tree
+        batch, ends, picked = admitted
+        t0 = time.perf_counter()
+        toks = picked()
+        self.stats.decode_admit_s += time.perf_counter() - t0  # (waits for the prefill, behind any step before)
         back = []
-        # the grammars' first masks computed together, on llguidance's threads
-        self._fill_masks([s for s, end in zip(batch, ends) if s.matcher is not None and end.slots is not None])
-        for s, end, row in zip(batch, ends, logits):
+        for k, (s, end) in enumerate(zip(batch, ends)):
             if end.slots is None:  # the pool could not keep its prompt: it waits for room
                 p.unpin(end)
                 if not p.share:
@@ -166,7 +213,7 @@ class Decoder:
             s.node, s.own = end, None
             flat = [x for n in end.path() for x in n.slots]
             s.ctx, s.n_ctx = np.array(flat + [0] * max(len(flat), 64), dtype=np.int64), len(flat)
-            self._choose(s, row)
+            self._take(s, toks[k])
             if s.done:
                 self._finish(s)
             else:
@@ -176,6 +223,7 @@ class Decoder:
                                f"{len(back[0].prefix) + len(back[0].suffix)} tokens and its answer; "
                                "raise EngineConfig(kv_pool_tokens=...)")
         waiting.extendleft(reversed(back))
+        return None
 
     # one decode step ---------------------------------------------------------------
     def _step(self, running: list, waiting: deque):
@@ -385,15 +433,19 @@ class Decoder:
         return plan, ctx_tokens
 
     def _account(self, t0: float):
-        """decode_wall_s: this run's wall; decode_admit_s: its admissions' (their prompts' prefill, the host waiting
-        for their logits, behind any step queued before them); decode_capture_s: the CUDA graphs' captures
-        (step_graph.py: once per batch bucket of the engine); decode_device_s: each step's span on the device, from
-        its first kernel's start to its last kernel's end (CUDA; launch gaps inside a step included), so the wall
-        less both is where the device waited on the host between steps."""
+        """decode_wall_s: this run's wall; decode_admit_s: the host's in its admissions (launching their prompts'
+        prefill, then waiting for their first tokens); decode_capture_s: the CUDA graphs' captures (step_graph.py:
+        once per batch bucket of the engine); on CUDA, decode_device_s: each step's span on the device, from its
+        first kernel's start to its last kernel's end (launch gaps inside a step included), and
+        decode_admit_device_s: each admission's (its prefill and first tokens), so the wall less both is where the
+        device waited on the host."""
         ev, self.events = self.events, []
-        if ev:
-            ev[-1][1].synchronize()
-            self.stats.decode_device_s += sum(a.elapsed_time(b) for a, b in ev) / 1e3
+        adm, self.admit_events = self.admit_events, []
+        for spans in (ev, adm):
+            if spans:
+                spans[-1][1].synchronize()
+        self.stats.decode_device_s += sum(a.elapsed_time(b) for a, b in ev) / 1e3
+        self.stats.decode_admit_device_s += sum(a.elapsed_time(b) for a, b in adm) / 1e3
         self.stats.decode_wall_s += time.perf_counter() - t0
 
     def _place(self, s: Seq):
@@ -436,21 +488,16 @@ class Decoder:
             if masked:
                 self._fill_masks([seqs[k] for k in masked])
                 packed = torch.from_numpy(np.stack([seqs[k].mask for k in masked]))
-                if logits.device.type == "cuda":
+                rows = torch.tensor(masked, dtype=torch.long)
+                if logits.device.type == "cuda":  # (a copy from pageable memory would wait for the device)
                     packed = packed.pin_memory().to(logits.device, non_blocking=True)
-                rows = torch.tensor(masked, device=logits.device)
+                    rows = rows.pin_memory().to(logits.device, non_blocking=True)
                 ok = self._unpack(packed, logits.shape[1])
                 logits[rows] = logits[rows].masked_fill(~ok, float("-inf"))
             ids = logits.argmax(-1)
             if done is not None:
                 done.record()
             return ids
-
-    def _choose(self, s: Seq, logits: np.ndarray):
-        """Greedy choice of the next token from host logits at the sequence's end (after its prefill)."""
-        if s.matcher is not None:
-            logits = np.where(self.grammars.unpack(self._mask(s)), logits, -np.inf)
-        self._take(s, int(np.argmax(logits)))  # the first maximum: ties go to the lowest id
 
     def _take(self, s: Seq, tok: int):
         """The sequence's next token is `tok`: appended, or the end; sets `done` / `cut`."""

@@ -72,10 +72,11 @@ class Engine:
     Counters (`stats`, a `counters.Counters`): output_tokens, decode_steps, preemptions beside the prefill
     ones; a decode call's prompts count in requested / fresh / reused tokens like any request. decode_context_tokens:
     the cached KV the steps read (a document shared by a row's sequences counted once per step with
-    `shared_decode`, else once per sequence); decode_wall_s, decode_admit_s (the admissions' prefill,
-    and the wait for a decode step queued before one), decode_capture_s (CUDA graphs captured, once per batch bucket of the engine) and, on a GPU,
-    decode_device_s (each step's span on the device, from the queueing of its first kernel, after the
-    host has packed the step, to its last kernel's end); decode_ahead_steps (steps queued behind the step
+    `shared_decode`, else once per sequence); decode_wall_s, decode_admit_s (the host's time in admissions:
+    launching their prefill, waiting for their first tokens), decode_capture_s (CUDA graphs captured, once per
+    batch bucket of the engine) and, on a GPU, decode_device_s (each step's span on the device, from the queueing
+    of its first kernel, after the host has packed the step, to its last kernel's end) and decode_admit_device_s
+    (each admission's span there: its prefill and first tokens); decode_ahead_steps (steps queued behind the step
     before, ahead of the host reading its tokens) and decode_dropped_rows (rows of those computed after
     their sequence's end).
 

@@ -8,6 +8,7 @@ import time
 from collections import deque
 
 import numpy as np
+import torch
 
 from .counters import TREE_COUNTERS, Counters
 from .kv_pool import PagePool
@@ -75,8 +76,16 @@ class Passes:
         return time.time() - t0
 
     @staticmethod
-    def read(launched, out: np.ndarray):
-        out[launched.requests] = launched.wait()  # the one wait on the device per pass
+    def read(launched, out):
+        """The pass's rows into `out`: a host array (the one wait on the device per pass), or a tensor on
+        the device (`serve(on_device=True)`: copied there, behind the pass, with no wait)."""
+        if isinstance(out, torch.Tensor):
+            rows = torch.tensor(launched.requests, dtype=torch.long)
+            if out.device.type == "cuda":
+                rows = rows.pin_memory().to(out.device, non_blocking=True)  # (a pageable copy would wait)
+            out[rows] = launched.logits.float()
+            return
+        out[launched.requests] = launched.wait()
 
     def pin(self, tokens) -> Node:
         """Insert `tokens` and keep their KV resident until `unpin` (a chain's document between predicates)."""
@@ -149,11 +158,16 @@ class Passes:
         self._count(sum(len(p) + len(s) for p, s in reqs), len(reqs), sched, passes, t0)
         return out
 
-    def serve(self, ends: list[Node], requested: int, width: int) -> np.ndarray:
-        """Logits [len(ends), width] at the end of each inserted request (width: the vocabulary for a
-        decode's prompts, which then run with the full head), every pass read; counted as `run` does."""
+    def serve(self, ends: list[Node], requested: int, width: int, on_device: bool = False):
+        """Logits [len(ends), width] float32 at the end of each inserted request (width: the vocabulary for a
+        decode's prompts, which then run with the full head), every pass read; counted as `run` does.
+        on_device: a tensor on the runner's device, filled behind the passes (nothing here waits for them:
+        a decode's admission picks its first tokens there), else a host array."""
         t0 = time.time()
-        out = np.zeros((len(ends), width), dtype=np.float32)
+        if on_device:
+            out = torch.empty((len(ends), width), dtype=torch.float32, device=self.runner.device)
+        else:
+            out = np.zeros((len(ends), width), dtype=np.float32)
         if not ends:
             return out
         with collector_paused():
@@ -180,7 +194,7 @@ class Passes:
             jobs = sched.next_pass(0 if in_flight else self.first_jobs)
             if not jobs:
                 raise RuntimeError("scheduler made no progress (a bug): no job could run")
-            in_flight.append((self.runner.run(jobs, full), out))
+            in_flight.append((self.runner.run(jobs, full, on_device=isinstance(out, torch.Tensor)), out))
             sched.finish(jobs)  # bookkeeping only: the next pass is planned while this one runs
             passes += 1
             if len(in_flight) > IN_FLIGHT:

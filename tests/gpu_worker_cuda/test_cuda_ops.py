@@ -7,6 +7,7 @@ torch's flash attention is checked against the plain-torch reference.
 from __future__ import annotations
 
 import os
+import warnings
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
@@ -454,6 +455,33 @@ def test_decode_steps_replayed_from_cuda_graphs_equal_launched_ones():
     # random model's near-ties flip some of the 12 tokens of a sequence
     assert sum(a == b for a, b in zip(outs[0], outs[5])) >= 0.6 * len(outs[0])
 
+
+
+@needs_cuda
+def test_a_decode_call_makes_no_synchronizing_cuda_call():
+    """The host never blocks the stream inside a decode call: steps, admissions (their prefill and first
+    tokens picked on the device) and the grammars' masks go to the device without a synchronizing copy or
+    read (torch.cuda's sync debug mode); the host waits only on the events of tokens it reads. Generation and
+    extraction, after a first call of the same shapes has captured their graphs."""
+    rng = np.random.default_rng(4)
+    docs = [" ".join(rng.choice(["apple", "river", "stock", "Anna", "Paris", "1987"], int(n)))
+            for n in rng.integers(5, 120, 40)]
+    eng = Engine(EngineConfig(model="tiny-qwen3-random", device="cuda", token_budget=4096))
+    calls = (lambda: eng.generate_ids(docs, "Write a title.", max_tokens=10, ignore_eos=True),
+             lambda: eng.extract(docs, {"name": "string", "year": "integer"}, max_tokens=10))
+    for call in calls:
+        first = call()
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            with warnings.catch_warnings(record=True) as seen:
+                warnings.simplefilter("always")
+                again = call()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        syncs = [str(w.message) for w in seen if "synchroniz" in str(w.message)]
+        assert not syncs, syncs[:3]
+        assert [getattr(a, "values", a) for a in again] == [getattr(a, "values", a) for a in first]
 
 @needs_triton
 def test_swiglu_through_cublas_on_the_interleaved_weight_equals_the_fused_kernel():
