@@ -11,9 +11,11 @@ import itertools
 import json
 from pathlib import Path
 
+import importlib
+
 import torch
 
-from quail_kernels import gemm_swiglu as gs
+gs = importlib.import_module("quail_kernels.gemm_swiglu")  # (the package exports a function of that name)
 
 K, F, Q, KV, D = 2560, 9728, 32, 8, 128
 

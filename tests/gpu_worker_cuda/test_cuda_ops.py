@@ -477,10 +477,14 @@ def test_a_decode_call_makes_no_synchronizing_cuda_call():
             with warnings.catch_warnings(record=True) as seen:
                 warnings.simplefilter("always")
                 again = call()
+            with warnings.catch_warnings(record=True) as control:  # the mode does see a synchronizing call
+                warnings.simplefilter("always")
+                torch.tensor([1, 2], device="cuda")
         finally:
             torch.cuda.set_sync_debug_mode("default")
         syncs = [str(w.message) for w in seen if "synchroniz" in str(w.message)]
         assert not syncs, syncs[:3]
+        assert any("synchroniz" in str(w.message) for w in control)
         assert [getattr(a, "values", a) for a in again] == [getattr(a, "values", a) for a in first]
 
 @needs_triton
