@@ -239,8 +239,9 @@ def main(argv=None):
                     help="each sequence reads its document's KV itself (EngineConfig.shared_decode=False)")
     ap.add_argument("--no-cuda-graphs", dest="cuda_graphs", action="store_false",
                     help="decode steps launched kernel by kernel (EngineConfig.cuda_graphs=False)")
-    ap.add_argument("--swiglu-gemm-rows", type=int, default=0,
-                    help="passes of up to this many rows take cuBLAS for the MLP's gate/up (CudaOps.swiglu_gemm_rows)")
+    ap.add_argument("--swiglu-gemm-rows", type=int, default=None,
+                    help="passes of up to this many rows take cuBLAS for the MLP's gate/up (CudaOps.swiglu_gemm_rows; "
+                         "default: the engine's, cuda_ops.SWIGLU_GEMM_ROWS; 0: the fused kernel at every size)")
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--commit", default="unknown")
     ap.add_argument("--out", required=True)
@@ -263,7 +264,7 @@ def main(argv=None):
                               quantize=args.quantize, shared_decode=args.shared_decode,
                               cuda_graphs=args.cuda_graphs))
     dev = eng.rt.device
-    if args.swiglu_gemm_rows:
+    if args.swiglu_gemm_rows is not None:
         eng.runner.ops.swiglu_gemm_rows = args.swiglu_gemm_rows
     bw, rate = copy_bandwidth(dev), matmul_rate(dev)
     if dev.type != "cuda":

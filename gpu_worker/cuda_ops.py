@@ -297,6 +297,13 @@ def flash_varlen_attention(q, k, v, part: AttnPart, causal: bool, repeat_kv: boo
 
 # --- the ops namespace -----------------------------------------------------------------------
 
+# passes of up to this many rows (a decode step's batch) take cuBLAS for the MLP's gate/up GEMM, then the
+# SiLU-and-mul kernel: on an H100 at 416 rows (Qwen3-4B) cuBLAS's product runs 605 TFLOP/s against 471 for the
+# fused kernel (491 at its best launch settings), at 2,048 rows 737 against 764
+# (benchmarks/results/decode_h100_0a82529/decode_gemm_probe.json)
+SWIGLU_GEMM_ROWS = 512
+
+
 class CudaOps:
     """Triton kernels + device split attention; torch fallbacks where a kernel is missing.
 
@@ -334,7 +341,9 @@ class CudaOps:
         self.long_attn = long_attn
         self.ctx_fp8 = ctx_fp8 and ctx_attn == "fused" and self.kernels is not None
         self.short_max = TRITON_MAX_Q
-        self.swiglu_gemm_rows = 0  # (swiglu: rows up to which an interleaved gate/up weight goes through cuBLAS)
+        # swiglu: rows up to which an interleaved gate/up weight goes through cuBLAS (None: SWIGLU_GEMM_ROWS on a
+        # GPU, 0 elsewhere)
+        self.swiglu_gemm_rows: int | None = None
         self.ctx_config = dict(CTX_CONFIG, **(ctx_config or {}))
         self.ctx_config_fp8 = dict(self.ctx_config, **CTX_CONFIG_FP8)  # float8 keys: merged once
         self.name = "cuda+triton" if self.kernels is not None else "cuda"
@@ -367,11 +376,16 @@ class CudaOps:
         """silu(x @ gate.T) * (x @ up.T): in one GEMM with the activation in its epilogue when `gate_up` was
         interleaved by `pack_gate_up` (block > 0), else cuBLAS and the SiLU-and-mul kernel. Up to
         `swiglu_gemm_rows` rows (a decode step's batch) an interleaved weight goes through cuBLAS too, its
-        output's blocks of gate and up columns multiplied after (in float32, as the kernels do)."""
-        if block and x.shape[0] <= self.swiglu_gemm_rows:
+        output's blocks of gate and up columns multiplied after by the SiLU-and-mul kernel (in float32, as the
+        fused kernel does, from the product rounded to x.dtype)."""
+        rows = self.swiglu_gemm_rows
+        if rows is None:
+            rows = SWIGLU_GEMM_ROWS if x.is_cuda else 0
+        if block and x.shape[0] <= rows:
+            # each block of `block` gate columns is followed by the same up columns: a row of the [T * F / block,
+            # 2 * block] view is one block's [gate | up], which the SiLU-and-mul kernel reads as its halves
             y = self.linear(x, gate_up)
-            y = y.view(y.shape[0], -1, 2, block).float()
-            return (torch.nn.functional.silu(y[:, :, 0]) * y[:, :, 1]).to(x.dtype).reshape(x.shape[0], -1)
+            return self.silu_and_mul(y.view(-1, 2 * block)).view(x.shape[0], -1)
         if block:
             return self.kernels.gemm_swiglu(x, gate_up, block)
         return self.silu_and_mul(self.linear(x, gate_up))

@@ -487,6 +487,7 @@ def test_a_decode_call_makes_no_synchronizing_cuda_call():
         assert any("synchroniz" in str(w.message) for w in control)
         assert [getattr(a, "values", a) for a in again] == [getattr(a, "values", a) for a in first]
 
+
 @needs_triton
 def test_swiglu_through_cublas_on_the_interleaved_weight_equals_the_fused_kernel():
     """CudaOps.swiglu_gemm_rows: a pass of few rows (a decode step) takes the interleaved gate/up weight
