@@ -241,7 +241,7 @@ def main(argv=None):
                     help="decode steps launched kernel by kernel (EngineConfig.cuda_graphs=False)")
     ap.add_argument("--swiglu-gemm-rows", type=int, default=None,
                     help="passes of up to this many rows take cuBLAS for the MLP's gate/up (CudaOps.swiglu_gemm_rows; "
-                         "default: the engine's, cuda_ops.SWIGLU_GEMM_ROWS; 0: the fused kernel at every size)")
+                         "default: the engine's, 0: the fused kernel at every size)")
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--commit", default="unknown")
     ap.add_argument("--out", required=True)

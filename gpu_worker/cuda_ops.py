@@ -297,13 +297,6 @@ def flash_varlen_attention(q, k, v, part: AttnPart, causal: bool, repeat_kv: boo
 
 # --- the ops namespace -----------------------------------------------------------------------
 
-# passes of up to this many rows (a decode step's batch) take cuBLAS for the MLP's gate/up GEMM, then the
-# SiLU-and-mul kernel: on an H100 at 416 rows (Qwen3-4B) cuBLAS's product runs 605 TFLOP/s against 471 for the
-# fused kernel (491 at its best launch settings), at 2,048 rows 737 against 764
-# (benchmarks/results/decode_h100_0a82529/decode_gemm_probe.json)
-SWIGLU_GEMM_ROWS = 512
-
-
 class CudaOps:
     """Triton kernels + device split attention; torch fallbacks where a kernel is missing.
 
@@ -341,9 +334,12 @@ class CudaOps:
         self.long_attn = long_attn
         self.ctx_fp8 = ctx_fp8 and ctx_attn == "fused" and self.kernels is not None
         self.short_max = TRITON_MAX_Q
-        # swiglu: rows up to which an interleaved gate/up weight goes through cuBLAS (None: SWIGLU_GEMM_ROWS on a
-        # GPU, 0 elsewhere)
-        self.swiglu_gemm_rows: int | None = None
+        # swiglu: rows up to which an interleaved gate/up weight goes through cuBLAS. 0: the fused kernel at every
+        # size, whose rows do not depend on the pass's other rows (cuBLAS picks its kernel by the row count: a
+        # decode's answers then move with the cache state). On an H100 at 36a31ab cuBLAS to 512 rows ran
+        # GENERATE in 29.22 s against 28.67 s, though its product alone is faster at 416 rows (605 TFLOP/s
+        # against 471: benchmarks/results/decode_h100_0a82529/decode_gemm_probe.json)
+        self.swiglu_gemm_rows = 0
         self.ctx_config = dict(CTX_CONFIG, **(ctx_config or {}))
         self.ctx_config_fp8 = dict(self.ctx_config, **CTX_CONFIG_FP8)  # float8 keys: merged once
         self.name = "cuda+triton" if self.kernels is not None else "cuda"
@@ -378,10 +374,7 @@ class CudaOps:
         `swiglu_gemm_rows` rows (a decode step's batch) an interleaved weight goes through cuBLAS too, its
         output's blocks of gate and up columns multiplied after by the SiLU-and-mul kernel (in float32, as the
         fused kernel does, from the product rounded to x.dtype)."""
-        rows = self.swiglu_gemm_rows
-        if rows is None:
-            rows = SWIGLU_GEMM_ROWS if x.is_cuda else 0
-        if block and x.shape[0] <= rows:
+        if block and x.shape[0] <= self.swiglu_gemm_rows:
             # each block of `block` gate columns is followed by the same up columns: a row of the [T * F / block,
             # 2 * block] view is one block's [gate | up], which the SiLU-and-mul kernel reads as its halves
             y = self.linear(x, gate_up)
