@@ -42,16 +42,14 @@ from .prefix_tree import Node
 from .scheduler import Job, base_of
 from .step_graph import DecodeStep
 
-# the logits of a step ([sequences, vocab] float32, on the device and copied to the host) stay under this:
-# the running batch is at most this many bytes' worth of sequences (441 for a 151,936-token vocabulary)
-LOGIT_BYTES = 1 << 29
+# the logits of an admission ([sequences, vocab] float32, on the device) stay under this: the running batch
+# is at most this many bytes' worth of sequences (441 for a 151,936-token vocabulary)
+LOGIT_BYTES = 1 << 28
 
 
-def _later(ids: torch.Tensor | None):
+def _later(ids: torch.Tensor):
     """The function that gives device token ids as a list, copied to the host behind the work queued so far
     (it waits for that copy only)."""
-    if ids is None:
-        return list
     if ids.device.type != "cuda":
         return ids.tolist
     host = torch.empty(ids.shape, dtype=ids.dtype, pin_memory=True)
@@ -101,7 +99,7 @@ class Decoder:
         self.shared = shared  # a document's KV read once per step for all the sequences below it
         self.events: list = []  # (start, end) CUDA events of this run's steps: the device's share of the wall
         self.admit_events: list = []  # the same of its admissions (their prefill and first tokens)
-        self.max_seqs = max(1, min(passes.token_budget, LOGIT_BYTES // (8 * vocab)))  # (a pinned host copy too)
+        self.max_seqs = max(1, min(passes.token_budget, LOGIT_BYTES // (4 * vocab)))
         self.graphs = graphs  # on a GPU, a step's forward replayed from a CUDA graph (step_graph.py)
         self.step: DecodeStep | bool | None = None  # the static buffers of steps, once the first step runs
         self.blocked = False  # the last admission left sequences waiting, and none has ended since
@@ -182,8 +180,7 @@ class Decoder:
         if p.runner.device.type == "cuda":  # the admission's span on the device (after any step queued before)
             span = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
             span[0].record()
-        logits = p.serve(ends, sum(len(s.prefix) + len(s.suffix) + len(s.out) for s in batch), self.vocab,
-                         on_device=True)
+        logits = p.serve(ends, sum(len(s.prefix) + len(s.suffix) + len(s.out) for s in batch), self.vocab)
         # the grammars' first masks computed on llguidance's threads while the device runs the prefill
         # (a row whose prompt the pool could not keep is picked too, and dropped by `_join`)
         picked = self._pick(batch, logits, span[1] if span else None)

@@ -78,7 +78,7 @@ class Passes:
     @staticmethod
     def read(launched, out):
         """The pass's rows into `out`: a host array (the one wait on the device per pass), or a tensor on
-        the device (`serve(on_device=True)`: copied there, behind the pass, with no wait)."""
+        the device (`serve`: copied there, behind the pass, with no wait)."""
         if isinstance(out, torch.Tensor):
             rows = torch.tensor(launched.requests, dtype=torch.long)
             if out.device.type == "cuda":
@@ -158,16 +158,13 @@ class Passes:
         self._count(sum(len(p) + len(s) for p, s in reqs), len(reqs), sched, passes, t0)
         return out
 
-    def serve(self, ends: list[Node], requested: int, width: int, on_device: bool = False):
-        """Logits [len(ends), width] float32 at the end of each inserted request (width: the vocabulary for a
-        decode's prompts, which then run with the full head), every pass read; counted as `run` does.
-        on_device: a tensor on the runner's device, filled behind the passes (nothing here waits for them:
-        a decode's admission picks its first tokens there), else a host array."""
+    def serve(self, ends: list[Node], requested: int, width: int) -> torch.Tensor:
+        """Logits [len(ends), width] float32 on the runner's device at the end of each inserted request (width:
+        the vocabulary for a decode's prompts, which then run with the full head), filled behind the passes:
+        nothing here waits for them (a decode's admission picks its first tokens there); counted as `run`
+        does."""
         t0 = time.time()
-        if on_device:
-            out = torch.empty((len(ends), width), dtype=torch.float32, device=self.runner.device)
-        else:
-            out = np.zeros((len(ends), width), dtype=np.float32)
+        out = torch.empty((len(ends), width), dtype=torch.float32, device=self.runner.device)
         if not ends:
             return out
         with collector_paused():
