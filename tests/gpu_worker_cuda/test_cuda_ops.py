@@ -456,13 +456,13 @@ def test_decode_steps_replayed_from_cuda_graphs_equal_launched_ones():
     assert sum(a == b for a, b in zip(outs[0], outs[5])) >= 0.6 * len(outs[0])
 
 
-
 @needs_cuda
 def test_a_decode_call_makes_no_synchronizing_cuda_call():
     """The host never blocks the stream inside a decode call: steps, admissions (their prefill and first
     tokens picked on the device) and the grammars' masks go to the device without a synchronizing copy or
     read (torch.cuda's sync debug mode); the host waits only on the events of tokens it reads. Generation and
-    extraction, after a first call of the same shapes has captured their graphs."""
+    extraction, after a first call of the same shapes has captured their graphs; the second call, its documents'
+    KV now cached, gives the first's answers."""
     rng = np.random.default_rng(4)
     docs = [" ".join(rng.choice(["apple", "river", "stock", "Anna", "Paris", "1987"], int(n)))
             for n in rng.integers(5, 120, 40)]
