@@ -40,27 +40,12 @@ from .kv_pool import PAGE
 from .passes import Passes
 from .prefix_tree import Node
 from .scheduler import Job, base_of
-from .step_graph import DecodeStep
+from .runner import to_device_aligned
+from .step_graph import DecodeStep, read_later
 
 # the logits of an admission ([sequences, vocab] float32, on the device) stay under this: the running batch
 # is at most this many bytes' worth of sequences (441 for a 151,936-token vocabulary)
 LOGIT_BYTES = 1 << 28
-
-
-def _later(ids: torch.Tensor):
-    """The function that gives device token ids as a list, copied to the host behind the work queued so far
-    (it waits for that copy only)."""
-    if ids.device.type != "cuda":
-        return ids.tolist
-    host = torch.empty(ids.shape, dtype=ids.dtype, pin_memory=True)
-    host.copy_(ids, non_blocking=True)
-    ev = torch.cuda.Event()
-    ev.record()
-
-    def read() -> list[int]:
-        ev.synchronize()
-        return host.tolist()
-    return read
 
 
 @dataclass(eq=False)
@@ -126,15 +111,17 @@ class Decoder:
                     ahead = self._ahead(pending, running)  # the next step queued behind it
                     self._resolve(pending, running)
                     if admitted is not None:  # prefilled behind the pending step: they join the step after
-                        admitted = self._join(admitted, waiting, running)
+                        self._join(admitted, waiting, running)
+                        admitted = None
                     pending = self._select(*ahead) if ahead else None
                     if pending is not None and waiting and not self.blocked:
                         admitted = self._admit(waiting, running)  # room an end freed: queued behind the step
                     continue
                 if admitted is not None:
-                    admitted = self._join(admitted, waiting, running)
+                    self._join(admitted, waiting, running)
+                    admitted = None
                 if waiting:
-                    admitted = self._join(self._admit(waiting, running), waiting, running)
+                    self._join(self._admit(waiting, running), waiting, running)
                 if running:
                     if self._fast():
                         plan, ctx_tokens = self._place_all(running, waiting)
@@ -176,24 +163,23 @@ class Decoder:
             ends.append(tree.insert(s.suffix + s.out, at=at))
             p.hold(ends[-1])
         t0 = time.perf_counter()
-        span = None
-        if p.runner.device.type == "cuda":  # the admission's span on the device (after any step queued before)
-            span = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-            span[0].record()
+        start, end = self._span()  # the admission's span on the device (after any step queued before)
+        if start is not None:
+            start.record()
         logits = p.serve(ends, sum(len(s.prefix) + len(s.suffix) + len(s.out) for s in batch), self.vocab)
         # the grammars' first masks computed on llguidance's threads while the device runs the prefill
         # (a row whose prompt the pool could not keep is picked too, and dropped by `_join`)
-        picked = self._pick(batch, logits, span[1] if span else None)
-        if span:
-            self.admit_events.append(span)
+        picked = self._pick(batch, logits, end)
+        if start is not None:
+            self.admit_events.append((start, end))
         self.stats.decode_admit_s += time.perf_counter() - t0
-        return batch, ends, _later(picked)
+        return batch, ends, read_later(picked)
 
     def _join(self, admitted, waiting: deque, running: list):
         """An admission's sequences take their first tokens (the host waits for them here) and join the
-        running batch; those whose prompt the pool could not keep wait for room again. Returns None."""
+        running batch; those whose prompt the pool could not keep wait for room again (None: nothing to join)."""
         if admitted is None:
-            return None
+            return
         p, tree = self.passes, self.passes.tree
         batch, ends, picked = admitted
         t0 = time.perf_counter()
@@ -220,7 +206,6 @@ class Decoder:
                                f"{len(back[0].prefix) + len(back[0].suffix)} tokens and its answer; "
                                "raise EngineConfig(kv_pool_tokens=...)")
         waiting.extendleft(reversed(back))
-        return None
 
     # one decode step ---------------------------------------------------------------
     def _step(self, running: list, waiting: deque):
@@ -228,10 +213,9 @@ class Decoder:
         runner's jobs (ops without the decode kernel: the plain-torch reference), its tokens taken at once."""
         p = self.passes
         plan, ctx_tokens = self._place_all(running, waiting)
-        timed = p.runner.device.type == "cuda"
-        start = end = None
+        start, end = self._span()
+        timed = start is not None
         if timed:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
         jobs = [Job(s.node, [x], [slot], outputs=[(0, r)], ctx_flat=torch.from_numpy(s.ctx[:s.n_ctx]),
                     shared=self.shared)
@@ -256,9 +240,7 @@ class Decoder:
     # step reads them on the device, so the GPU does not wait for the host between steps. A sequence whose
     # token ends it computes one row after its end, dropped.
     def _launch(self, plan: list, ctx_tokens: int) -> tuple:
-        start = end = None
-        if self.passes.runner.device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start, end = self._span()
         order, logits = self._launch_step(plan, start)
         return plan, order, logits, start, end, ctx_tokens
 
@@ -429,6 +411,12 @@ class Decoder:
             i += 1
         return plan, ctx_tokens
 
+    def _span(self) -> tuple:
+        """(start, end) timing events of a span of work on a GPU, else (None, None)."""
+        if self.passes.runner.device.type != "cuda":
+            return None, None
+        return torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
     def _account(self, t0: float):
         """decode_wall_s: this run's wall; decode_admit_s: the host's in its admissions (launching their prompts'
         prefill, then waiting for their first tokens); decode_capture_s: the CUDA graphs' captures (step_graph.py:
@@ -485,10 +473,9 @@ class Decoder:
             if masked:
                 self._fill_masks([seqs[k] for k in masked])
                 packed = torch.from_numpy(np.stack([seqs[k].mask for k in masked]))
-                rows = torch.tensor(masked, dtype=torch.long)
                 if logits.device.type == "cuda":  # (a copy from pageable memory would wait for the device)
                     packed = packed.pin_memory().to(logits.device, non_blocking=True)
-                    rows = rows.pin_memory().to(logits.device, non_blocking=True)
+                rows = to_device_aligned([torch.tensor(masked, dtype=torch.long)], logits.device)[0]
                 ok = self._unpack(packed, logits.shape[1])
                 logits[rows] = logits[rows].masked_fill(~ok, float("-inf"))
             ids = logits.argmax(-1)

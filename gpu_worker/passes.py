@@ -13,7 +13,7 @@ import torch
 from .counters import TREE_COUNTERS, Counters
 from .kv_pool import PagePool
 from .prefix_tree import Node, PrefixTree
-from .runner import ModelRunner
+from .runner import ModelRunner, to_device_aligned
 from .scheduler import Scheduler
 
 log = logging.getLogger("gpu_worker")
@@ -80,10 +80,8 @@ class Passes:
         """The pass's rows into `out`: a host array (the one wait on the device per pass), or a tensor on
         the device (`serve`: copied there, behind the pass, with no wait)."""
         if isinstance(out, torch.Tensor):
-            rows = torch.tensor(launched.requests, dtype=torch.long)
-            if out.device.type == "cuda":
-                rows = rows.pin_memory().to(out.device, non_blocking=True)  # (a pageable copy would wait)
-            out[rows] = launched.logits.float()
+            rows = to_device_aligned([torch.tensor(launched.requests, dtype=torch.long)], out.device)[0]
+            out[rows] = launched.logits.float()  # (through pinned memory: a pageable copy would wait)
             return
         out[launched.requests] = launched.wait()
 

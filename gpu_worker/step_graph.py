@@ -28,6 +28,25 @@ def bucket(n: int) -> int:
     return 16 * -(-n // 16) if n <= 64 else 32 * -(-n // 32)
 
 
+def read_later(ids: torch.Tensor, host: torch.Tensor | None = None):
+    """The function that gives the int tensor `ids` as a list, copied behind the work queued so far into `host`
+    (a host buffer of their shape, pinned on a GPU; a new one where None): it waits for that copy only."""
+    cuda = ids.device.type == "cuda"
+    if host is None:
+        host = torch.empty(ids.shape, dtype=ids.dtype, pin_memory=cuda)
+    host.copy_(ids, non_blocking=cuda)
+    ev = None
+    if cuda:
+        ev = torch.cuda.Event()
+        ev.record()
+
+    def read() -> list[int]:
+        if ev is not None:
+            ev.synchronize()
+        return host.tolist()
+    return read
+
+
 class DecodeStep:
     """Owns the static buffers and graphs of decode steps over one model runner's model and KV cache."""
 
@@ -138,21 +157,10 @@ class DecodeStep:
 
     def keep(self, ids: torch.Tensor):
         """A step's tokens (on the device) kept as the next step's inputs and copied to the host behind it;
-        returns the function that waits for that copy and gives them as a list."""
+        returns the function that waits for that copy and gives them as a list (`read_later`)."""
         n = len(ids)
         self.tokens[:n].copy_(ids)
-        cuda = self.device.type == "cuda"
-        self._tok_host[:n].copy_(self.tokens[:n], non_blocking=cuda)
-        ev = None
-        if cuda:
-            ev = torch.cuda.Event()
-            ev.record()
-
-        def read() -> list[int]:
-            if ev is not None:
-                ev.synchronize()
-            return self._tok_host[:n].tolist()
-        return read
+        return read_later(self.tokens[:n], self._tok_host[:n])
 
     def _forward(self, B: int, programs: int = 0, qb: int = 0):
         """The forward of B rows from the buffers; programs: the attention's work items (0: all `cap_items`,

@@ -31,11 +31,10 @@ def slots(spark) -> int:
 def task_threads(spark) -> int:
     """The threads a task's Python worker computes with: PySpark sets its OMP_NUM_THREADS to
     ``spark.executorEnv.OMP_NUM_THREADS``, else ``spark.task.cpus`` (SPARK-42613)."""
+    from quail_spark.metrics import conf_value
+
     for key in ("spark.executorEnv.OMP_NUM_THREADS", "spark.task.cpus"):
-        try:
-            value = spark.conf.get(key, None)
-        except Exception:  # noqa: BLE001 - a conf the session refuses to read counts as unset
-            value = None
+        value = conf_value(spark, key)
         if value and str(value).strip().isdigit():
             return max(1, int(value))
     return 1

@@ -29,10 +29,10 @@ COUNTERS = (*REPORTED, "errored_rows")  # the engine's (gpu_worker.counters) and
 
 def session_dir(spark) -> str:
     """This session's metrics folder, chosen (and stored in its conf) on first use."""
-    d = _conf(spark, SESSION_CONF)
+    d = conf_value(spark, SESSION_CONF)
     if not d:
-        base = _conf(spark, BASE_CONF) or os.path.join(tempfile.gettempdir(), "quail_spark_metrics")
-        app = _conf(spark, "spark.app.id") or "app"
+        base = conf_value(spark, BASE_CONF) or os.path.join(tempfile.gettempdir(), "quail_spark_metrics")
+        app = conf_value(spark, "spark.app.id") or "app"
         d = os.path.join(base, f"{app}-{uuid.uuid4().hex[:12]}")
         spark.conf.set(SESSION_CONF, d)
     Path(d).mkdir(parents=True, exist_ok=True)
@@ -66,7 +66,7 @@ def metrics(spark, since: dict | None = None) -> dict:
 def mark(spark) -> dict:
     """Where each metrics file of this session ends now (bytes): :func:`metrics` and :func:`spans` read the lines
     after it (the files are only appended to)."""
-    d = _conf(spark, SESSION_CONF)
+    d = conf_value(spark, SESSION_CONF)
     if not d or not os.path.isdir(d):
         return {}
     return {f.name: f.stat().st_size for f in Path(d).glob("*.jsonl")}
@@ -88,7 +88,7 @@ def spans(spark, since: dict) -> dict:
 
 def _lines(spark, since: dict | None = None):
     """The parsed lines of this session's metrics files (those after ``since``'s offsets where given)."""
-    d = _conf(spark, SESSION_CONF)
+    d = conf_value(spark, SESSION_CONF)
     if not d or not os.path.isdir(d):
         return
     for f in sorted(Path(d).glob("*.jsonl")):
@@ -148,7 +148,8 @@ def append(folder: str | None, counters: dict) -> None:
         os.close(fd)
 
 
-def _conf(spark, key: str):
+def conf_value(spark, key: str):
+    """The session's setting ``key``, or None where it is unset or the session refuses to read it."""
     try:
         return spark.conf.get(key, None)
     except Exception:  # noqa: BLE001 - a conf Spark refuses to read is unset for us
