@@ -90,8 +90,8 @@ def one_run() -> list:
               f"({est['requested_tokens'] / max(r['requested_tokens'], 1):.2f}x)  seconds {est['seconds']:7.2f} / "
               f"AI wall {ai_wall:7.2f} ({est['seconds'] / max(ai_wall, 1e-9):.2f}x), action {r['wall_s']:7.2f}",
               flush=True)
-    conf = {k: spark.conf.get(k) for k in ("spark.quail.model.rate", "spark.quail.model.attn_rate", "spark.quail.model.prompt_s",
-                                           "spark.quail.model.rate_source")}
+    conf = {k: spark.conf.get(k) for k in ("spark.quail.model.rate", "spark.quail.model.attn_rate",
+                                           "spark.quail.model.prompt_s", "spark.quail.model.rate_source")}
     spark.stop()
     return [{"conf": conf, "queries": rows}]
 

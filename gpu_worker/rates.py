@@ -9,8 +9,8 @@ of the two times is the attention term, the rest the linear one. On a CPU a thir
 questions after one cached document, adds the fixed host seconds of a prompt (``prompt_s``: 0 to
 3.4 ms for SmolLM2 in one thread on a 2-core machine, where a join pair's ~15 fresh tokens take
 ~20 ms); the three terms are fitted by least squares. One engine of a machine measures at a time
-(a file lock): measurements at once slow each other. Fresh tokens are the engine's count (the chat frame is cached, as the
-planner prices it). The figures go to
+(a file lock): measurements at once slow each other. Fresh tokens are the engine's count (the chat frame is
+cached, as the planner prices it). The figures go to
 ``<cache>/rates/<weights>.json`` beside the converted weights (``weights.cache_root``),
 keyed ``<device type>/<dtype>`` (on a CPU with the engine's threads after it: an engine in a notebook's
 process measures with all the cores, one in a task with the task's); the driver reads them there
@@ -136,8 +136,8 @@ def _measure(engine, cache: Path, key: str, sizes: tuple) -> dict:
     a, b, c = _fit(rows)
     rate = 2 * n_lin / a
     fig = {"rate": rate, "attn_rate": attn / b if b > 0 else rate,
-           "tokens_per_s": [round(f / t) for f, _, _, t in rows[:2]], "prompt_tokens": [short, long], "call_tokens": fresh,
-           "threads": _threads(), "measured_s": round(sum(r[-1] for r in rows), 3)}
+           "tokens_per_s": [round(f / t) for f, _, _, t in rows[:2]], "prompt_tokens": [short, long],
+           "call_tokens": fresh, "threads": _threads(), "measured_s": round(sum(r[-1] for r in rows), 3)}
     if questions:
         fig["prompt_s"] = c
     _store(cache, key, slot(device_type, dtype, fig["threads"]), fig)
